@@ -1,0 +1,315 @@
+"""codemode.py — the Python half of mcp-code-mode's bridge, loaded into every sandbox before a script.
+
+It runs the user's script (`run_job`), shapes the outcome (last expression, error with a traceback
+in the script's own line numbers), and exposes the configured MCP servers' tools as
+`tools.<server>.<tool>(**kwargs)`, callable plainly (JSPI `run_sync`) or with `await`.
+
+Host-neutral: it reaches the host only through the JS module `_codemode_host`
+(`call_tool(server, tool, args_json) -> Promise[str]`, `catalog_json() -> str`).
+"""
+
+import builtins
+import dis
+import difflib
+import inspect
+import json
+import keyword
+import linecache
+import re
+import sys
+import traceback
+import types
+
+import _codemode_host
+from pyodide.code import eval_code_async
+from pyodide.ffi import can_run_sync, run_sync
+
+__all__ = ["ToolError", "tools", "run_job"]
+
+_BRIDGE_FILE = "<codemode>"
+
+
+class ToolError(Exception):
+    """A tool call failed: the tool reported an error, or its server could not answer."""
+
+    def __init__(self, server, tool, message):
+        super().__init__(f"{server}.{tool}: {message}")
+        self.server = server
+        self.tool = tool
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------------
+# tools.<server>.<tool>
+
+
+def python_name(name):
+    """`get-sum` -> `get_sum`; a name that would still not be an identifier gets a trailing `_`."""
+    mapped = re.sub(r"\W", "_", name)
+    if not mapped or mapped[0].isdigit():
+        mapped = "_" + mapped
+    if keyword.iskeyword(mapped):
+        mapped += "_"
+    return mapped
+
+
+_JSON_TYPES = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "null": "None",
+    "object": "dict",
+    "array": "list",
+}
+
+
+def _type_hint(schema, depth=0):
+    """A readable Python annotation (as text) for a JSON Schema."""
+    if not isinstance(schema, dict) or depth > 3:
+        return "Any"
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return "Literal[" + ", ".join(json.dumps(v) for v in schema["enum"][:8]) + "]"
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return " | ".join(dict.fromkeys(_type_hint(s, depth + 1) for s in schema[key]))
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return " | ".join(_JSON_TYPES.get(k, "Any") for k in kind)
+    if kind == "array":
+        return f"list[{_type_hint(schema.get('items'), depth + 1)}]"
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        return f"dict[str, {_type_hint(schema['additionalProperties'], depth + 1)}]"
+    return _JSON_TYPES.get(kind, "Any")
+
+
+class _Hint:
+    """Makes `inspect.signature` print an annotation exactly as written (`int | None`)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def signature_of(spec):
+    """The Python signature of a tool, built from its inputSchema and outputSchema."""
+    schema = spec.get("inputSchema") or {}
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    params = []
+    ordered = [n for n in properties if n in required] + [n for n in properties if n not in required]
+    for name in ordered:
+        if not name.isidentifier() or keyword.iskeyword(name):
+            continue  # reachable through **kwargs only
+        hint = _type_hint(properties[name])
+        if name in required:
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_Hint(hint)))
+        else:
+            default = properties[name].get("default") if isinstance(properties[name], dict) else None
+            if default is None and "None" not in hint:
+                hint += " | None"
+            params.append(
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=_Hint(hint))
+            )
+    if schema.get("additionalProperties", True) is not False or len(params) < len(properties):
+        params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+    returns = _type_hint(spec["outputSchema"]) if spec.get("outputSchema") else "Any"
+    return inspect.Signature(params, return_annotation=_Hint(returns))
+
+
+def _docstring(spec, server):
+    lines = [spec.get("description") or f"Tool '{spec['name']}' of server '{server}'."]
+    if spec["name"] != python_name(spec["name"]):
+        lines.append(f"\nMCP name: {spec['name']}")
+    properties = (spec.get("inputSchema") or {}).get("properties") or {}
+    described = [(n, p.get("description")) for n, p in properties.items() if isinstance(p, dict) and p.get("description")]
+    if described:
+        lines.append("\nArguments:")
+        lines.extend(f"    {n}: {d}" for n, d in described)
+    annotations = spec.get("annotations") or {}
+    hints = [k for k in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint") if annotations.get(k)]
+    if hints:
+        lines.append("\nHints: " + ", ".join(hints))
+    return "\n".join(lines)
+
+
+def _call_is_awaited():
+    """True when our caller's call expression is the operand of `await` (CALL then GET_AWAITABLE)."""
+    frame = sys._getframe(2)
+    code, lasti = frame.f_code, frame.f_lasti
+    cache = _AWAITED_CALLS.get(code)
+    if cache is None:
+        instructions = list(dis.get_instructions(code))
+        cache = {
+            ins.offset: nxt.opname == "GET_AWAITABLE"
+            for ins, nxt in zip(instructions, instructions[1:])
+            if ins.opname.startswith("CALL")
+        }
+        _AWAITED_CALLS[code] = cache
+    return cache.get(lasti, False)
+
+
+_AWAITED_CALLS = {}
+_call_log = []
+
+
+def _unwrap(server, tool, envelope_json):
+    envelope = json.loads(envelope_json)
+    if envelope.get("ok"):
+        return envelope.get("value")
+    raise ToolError(server, tool, envelope.get("error") or "unknown error")
+
+
+def _make_tool(server, spec):
+    tool = spec["name"]
+    signature = signature_of(spec)
+    has_var_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+
+    def arguments(args, kwargs):
+        if args:
+            raise TypeError(f"{server}.{python_name(tool)}() takes keyword arguments only, e.g. "
+                            f"{python_name(tool)}({', '.join(p + '=...' for p in list(signature.parameters)[:2] if p != 'kwargs')})")
+        bound = signature.bind(**kwargs)
+        out = {}
+        for name, value in bound.arguments.items():
+            if name == "kwargs" and has_var_kwargs:
+                out.update(value)
+            else:
+                out[name] = value
+        return out
+
+    def call(*args, **kwargs):
+        payload = json.dumps(arguments(args, kwargs), default=repr)
+        if _call_is_awaited():
+            return _finish(_codemode_host.call_tool(server, tool, payload))
+        if not can_run_sync():
+            raise RuntimeError(
+                f"tools.{server}.{python_name(tool)}() cannot block here (no JSPI stack on this path); "
+                f"write `await tools.{server}.{python_name(tool)}(...)` instead"
+            )
+        return _unwrap(server, tool, run_sync(_codemode_host.call_tool(server, tool, payload)))
+
+    async def _finish(promise):
+        return _unwrap(server, tool, await promise)
+
+    async def aio(**kwargs):
+        """The same call as a coroutine, for asyncio.gather / create_task."""
+        return _unwrap(server, tool, await _codemode_host.call_tool(server, tool, json.dumps(arguments((), kwargs), default=repr)))
+
+    call.__name__ = call.__qualname__ = python_name(tool)
+    call.__module__ = f"tools.{server}"
+    call.__doc__ = _docstring(spec, server)
+    call.__signature__ = signature
+    call.aio = aio
+    call.mcp_name = tool
+    call.server = server
+    return call
+
+
+class _Server:
+    def __init__(self, name, spec):
+        self._name = name
+        self._description = spec.get("description") or ""
+        self._tools = {}
+        for tool_spec in spec.get("tools", []):
+            self._tools[python_name(tool_spec["name"])] = _make_tool(name, tool_spec)
+        self.__doc__ = self._description or f"MCP server '{name}'"
+
+    def __getattr__(self, attr):
+        tools = self.__dict__.get("_tools", {})
+        if attr in tools:
+            return tools[attr]
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        close = difflib.get_close_matches(python_name(attr), list(tools), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else f" Its tools: {', '.join(sorted(tools)) or '(none)'}."
+        raise AttributeError(f"server '{self._name}' has no tool '{attr}'.{hint}")
+
+    def __dir__(self):
+        return sorted(self._tools)
+
+    def __repr__(self):
+        return f"<MCP server {self._name}: {len(self._tools)} tools>"
+
+
+class _Tools:
+    """tools.<server>.<tool>(**kwargs) for every configured MCP server."""
+
+    def __init__(self, catalog):
+        self._servers = {python_name(s["server"]): _Server(s["server"], s) for s in catalog}
+
+    def __getattr__(self, attr):
+        servers = self.__dict__.get("_servers", {})
+        if attr in servers:
+            return servers[attr]
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        close = difflib.get_close_matches(python_name(attr), list(servers), n=3, cutoff=0.5)
+        hint = (f" Did you mean: {', '.join(close)}?" if close
+                else f" Configured servers: {', '.join(sorted(servers)) or '(none)'}.")
+        raise AttributeError(f"no MCP server named '{attr}'.{hint}")
+
+    def __dir__(self):
+        return sorted(self._servers)
+
+    def __repr__(self):
+        return f"<tools: {', '.join(sorted(self._servers)) or 'no servers configured'}>"
+
+
+tools = _Tools(json.loads(_codemode_host.catalog_json()))
+
+
+# ---------------------------------------------------------------------------------------------
+# running a job
+
+
+def _jsonable(value):
+    """The value as JSON where it converts exactly, else its repr."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return repr(value)
+        except Exception as e:  # a broken __repr__ must not lose the rest of the outcome
+            return f"<unrepresentable {type(value).__name__}: {type(e).__name__}>"
+
+
+def _describe_error(exc, filename):
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next  # drop Pyodide's own frames above the script
+    te = traceback.TracebackException(type(exc), exc, tb, compact=True)
+    while te.stack and te.stack[-1].filename == _BRIDGE_FILE:
+        te.stack.pop()  # and the bridge's frames below a failing tool call
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<exception str() failed>"
+    return {"type": type(exc).__name__, "message": message, "traceback": "".join(te.format())}
+
+
+async def run_job(job_json):
+    job = json.loads(job_json)
+    code, filename = job["code"], job.get("filename") or "<script>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    namespace = {"__name__": "__main__", "__builtins__": builtins, "tools": tools, "ToolError": ToolError}
+    outcome = {"result": None, "error": None, "exit_code": 0}
+    try:
+        value = await eval_code_async(code, namespace, filename=filename, return_mode="last_expr")
+        outcome["result"] = _jsonable(value)
+    except SystemExit as e:
+        code_ = e.code
+        if code_ not in (None, 0):
+            outcome["exit_code"] = code_ if isinstance(code_, int) else 1
+            outcome["error"] = _describe_error(e, filename)
+    except BaseException as e:  # KeyboardInterrupt included: the user's script must not escape us
+        outcome["error"] = _describe_error(e, filename)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+    return json.dumps(outcome)

@@ -1,0 +1,95 @@
+/*
+ * host_deno.js — the few browser/shell globals Pyodide needs, for a bare deno_core isolate.
+ *
+ * Imported first by main_deno.js: Pyodide's loader decides which environment it is in while its
+ * module evaluates, so these must exist before `pyodide.mjs` runs. `read` + `load` send the loader
+ * down its "shell" path (files through `readbuffer`, no fetch, no URL); `WorkerGlobalScope` keeps
+ * the Emscripten glue off its d8 path (whose random source would be `os.system`).
+ *
+ * Everything that touches the host goes through a Rust op that validates its own arguments:
+ *   op_assets_read, op_assets_text   pinned Pyodide files only
+ *   op_entropy_fill                  seeded or fresh randomness (the sandbox's only entropy)
+ *   op_clock_now                     monotonic milliseconds
+ *   op_text_decode                   utf-8 / latin1 / utf-16le, with `fatal`
+ * Nothing here is Pyodide-specific beyond the names above; no other host file is reachable.
+ */
+const core = globalThis.Deno.core;
+const ops = core.ops;
+
+function assetName(path) {
+  return String(path).replace(/^file:\/\//, "");
+}
+
+globalThis.read = (path) => ops.op_assets_text(assetName(path));
+globalThis.readbuffer = (path) => {
+  const bytes = ops.op_assets_read(assetName(path));
+  // The loader wants an ArrayBuffer of exactly the file's size.
+  return bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;
+};
+globalThis.load = () => {
+  throw new Error("load() is not available in the sandbox");
+};
+globalThis.WorkerGlobalScope = function WorkerGlobalScope() {};
+
+globalThis.crypto = {
+  getRandomValues(view) {
+    ops.op_entropy_fill(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
+    return view;
+  },
+};
+
+globalThis.performance = { now: () => ops.op_clock_now() };
+
+globalThis.setTimeout = (callback, ms = 0, ...args) =>
+  core.createTimer(() => callback(...args), ms, undefined, false, true);
+globalThis.setInterval = (callback, ms = 0, ...args) =>
+  core.createTimer(() => callback(...args), ms, undefined, true, true);
+globalThis.clearTimeout = (id) => {
+  if (id !== undefined && id !== null) core.cancelTimer(id);
+};
+globalThis.clearInterval = globalThis.clearTimeout;
+
+const ENCODINGS = { "utf-8": "utf-8", utf8: "utf-8", latin1: "latin1", "iso-8859-1": "latin1", "utf-16le": "utf-16le" };
+
+globalThis.TextDecoder = class TextDecoder {
+  constructor(label = "utf-8", options = {}) {
+    const encoding = ENCODINGS[String(label).toLowerCase()];
+    if (!encoding) throw new RangeError(`TextDecoder: unsupported encoding '${label}'`);
+    this.encoding = encoding;
+    this.fatal = !!options.fatal;
+  }
+  decode(input) {
+    if (input === undefined) return "";
+    const bytes = ArrayBuffer.isView(input)
+      ? new Uint8Array(input.buffer, input.byteOffset, input.byteLength)
+      : new Uint8Array(input);
+    return ops.op_text_decode(bytes, this.encoding, this.fatal);
+  }
+};
+
+globalThis.TextEncoder = class TextEncoder {
+  get encoding() {
+    return "utf-8";
+  }
+  encode(text = "") {
+    return core.encode(String(text));
+  }
+  encodeInto(text, dest) {
+    const bytes = core.encode(String(text));
+    const written = Math.min(bytes.length, dest.length);
+    dest.set(bytes.subarray(0, written));
+    return { read: String(text).length, written };
+  }
+};
+
+const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+globalThis.btoa = (binary) => {
+  let out = "";
+  for (let i = 0; i < binary.length; i += 3) {
+    const a = binary.charCodeAt(i), b = binary.charCodeAt(i + 1), c = binary.charCodeAt(i + 2);
+    out += B64[a >> 2] + B64[((a & 3) << 4) | (b >> 4 || 0)];
+    out += i + 1 < binary.length ? B64[((b & 15) << 2) | (c >> 6 || 0)] : "=";
+    out += i + 2 < binary.length ? B64[c & 63] : "=";
+  }
+  return out;
+};

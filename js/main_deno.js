@@ -1,0 +1,36 @@
+/*
+ * main_deno.js — the sandbox's entry module inside the deno_core isolate.
+ *
+ * One sandbox, one job: boot Pyodide, tell Rust it is ready, wait for the job, run it, report the
+ * outcome, end. A sandbox is never reused, so no state leaks from one script into the next.
+ *
+ * Ops used: op_sandbox_settings, op_sandbox_ready, op_sandbox_next_job, op_sandbox_report,
+ *           op_output_write, op_tools_call, op_tools_catalog (and host_deno.js's own).
+ */
+import "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
+import { loadPyodide } from "../pyodide/pyodide.mjs";
+import createPyodideModule from "../pyodide/pyodide.asm.mjs";
+import { bootSandbox, runJob } from "./runner.js";
+
+const ops = globalThis.Deno.core.ops;
+const settings = JSON.parse(ops.op_sandbox_settings());
+
+const host = {
+  writeOutput: (stream, bytes) => ops.op_output_write(stream, bytes),
+  callTool: (server, tool, argsJson) => ops.op_tools_call(server, tool, argsJson),
+  catalogJson: () => ops.op_tools_catalog(),
+};
+
+let pyodide;
+try {
+  pyodide = await bootSandbox(
+    { ...settings, indexURL: "/pyodide/", loadPyodide, createPyodideModule },
+    host,
+  );
+} catch (e) {
+  ops.op_sandbox_ready(`Pyodide failed to boot: ${e && e.stack ? e.stack : e}`);
+  throw e;
+}
+ops.op_sandbox_ready("");
+const job = JSON.parse(await ops.op_sandbox_next_job());
+ops.op_sandbox_report(await runJob(pyodide, job));

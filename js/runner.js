@@ -1,0 +1,84 @@
+/*
+ * runner.js — boots Pyodide and runs one job. Host-neutral: the same file runs in the deno_core
+ * isolate (main_deno.js) and in a browser page (main_browser.js), so nothing here may assume
+ * either. What differs between hosts arrives as the `host` object:
+ *
+ *   host.writeOutput(stream, bytes)      stream 1 = stdout, 2 = stderr; bytes is a Uint8Array view
+ *   host.callTool(server, tool, json)    -> Promise<string> (a JSON envelope, see codemode.py)
+ *   host.catalogJson()                   -> string: the servers and tools Python may call
+ *
+ * The Python half of the bridge is codemode.py; its source is handed in as `preludeSource`.
+ */
+
+/**
+ * Refuses linear-memory growth past `maxBytes`: Python then sees a clean MemoryError. V8's own
+ * heap limits do not cover wasm memory, and Emscripten grows it through this one import.
+ */
+function capWasmMemory(maxBytes) {
+  const instantiate = WebAssembly.instantiate;
+  WebAssembly.instantiate = function (source, imports) {
+    const env = imports && imports.env;
+    if (env && typeof env.emscripten_resize_heap === "function" && !env.emscripten_resize_heap.capped) {
+      const grow = env.emscripten_resize_heap;
+      const capped = (requested) => ((requested >>> 0) > maxBytes ? 0 : grow(requested));
+      capped.capped = true;
+      capped.sig = grow.sig;
+      env.emscripten_resize_heap = capped;
+    }
+    return instantiate.call(this, source, imports);
+  };
+}
+
+/**
+ * settings: { indexURL, lockFileContents?, env, memoryBytes, preludeSource, loadPyodide,
+ *             createPyodideModule? }
+ */
+export async function bootSandbox(settings, host) {
+  if (settings.memoryBytes) capWasmMemory(settings.memoryBytes);
+  const pyodide = await settings.loadPyodide({
+    indexURL: settings.indexURL,
+    lockFileContents: settings.lockFileContents,
+    createPyodideModule: settings.createPyodideModule,
+    env: settings.env,
+    // Python must not see the host's globals by default; `js` still reaches globalThis, which is
+    // why every host op validates its own arguments.
+    jsglobals: Object.create(null),
+    stdin: () => null,
+  });
+  const writer = (stream) => ({
+    write(bytes) {
+      host.writeOutput(stream, bytes);
+      return bytes.length;
+    },
+    isatty: false,
+  });
+  pyodide.setStdout(writer(1));
+  pyodide.setStderr(writer(2));
+  pyodide.setStdin({ stdin: () => null });
+  pyodide.registerJsModule("_codemode_host", {
+    call_tool: (server, tool, argsJson) => host.callTool(server, tool, argsJson),
+    catalog_json: () => host.catalogJson(),
+  });
+  pyodide.globals.set("__codemode_source", settings.preludeSource);
+  pyodide.runPython(
+    "import sys, types\n" +
+      "_m = types.ModuleType('codemode')\n" +
+      "_m.__file__ = '<codemode>'\n" +
+      "sys.modules['codemode'] = _m\n" +
+      "exec(compile(__codemode_source, '<codemode>', 'exec'), _m.__dict__)\n" +
+      "del _m, __codemode_source\n",
+  );
+  return pyodide;
+}
+
+/**
+ * Runs one job ({code, filename}) through runPythonAsync, so that tool calls can use JSPI's
+ * run_sync. Returns the outcome JSON produced by codemode.run_job: {result, error, exit_code}.
+ */
+export async function runJob(pyodide, job) {
+  pyodide.globals.set("__codemode_job", JSON.stringify(job));
+  return await pyodide.runPythonAsync(
+    "import codemode\nawait codemode.run_job(__codemode_job)",
+    { filename: "<codemode-entry>" },
+  );
+}

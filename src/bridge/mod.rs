@@ -1,0 +1,217 @@
+//! bridge — the ops between the sandbox (JS + Python) and Rust.
+//!
+//! Op families and the JS that uses them:
+//!   assets   `op_assets_read`, `op_assets_text`          js/host_deno.js (Pyodide's loader)
+//!   host     `op_entropy_fill`, `op_clock_now`, `op_text_decode`   js/host_deno.js
+//!   output   `op_output_write`                            js/main_deno.js
+//!   sandbox  `op_sandbox_settings|ready|next_job|report`  js/main_deno.js
+//!   tools    `op_tools_catalog`, `op_tools_call`          js/main_deno.js -> codemode.py
+//!
+//! **Invariant:** every op validates its own arguments. Python reaches all of JS (and so every op)
+//! whatever we hide, so an op never trusts its caller: asset reads serve only the pinned files.
+//! Ops are thin: they take what they need from `OpState` and call plain Rust.
+
+pub mod output;
+pub mod tools;
+
+use deno_core::{op2, OpState};
+use deno_error::JsErrorBox;
+use rand_chacha::ChaCha20Rng;
+use rand_core::RngCore;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+pub use output::{LiveOutput, SharedOutput, Stream};
+pub use tools::{
+    NoTools, ServerCatalog, ToolBridge, ToolCallError, ToolCallRecord, ToolHost, ToolSpec,
+};
+
+/// The sandbox's only source of randomness: seeded (`--seed`) or from the OS.
+pub struct Entropy(pub ChaCha20Rng);
+
+/// Milliseconds for `performance.now()`, counted from the sandbox's creation.
+pub struct Clock(pub Instant);
+
+/// The lifecycle channels between the sandbox thread's JS and its `Sandbox` handle.
+pub struct Lifecycle {
+    /// JSON read once by main_deno.js: Pyodide's env, the memory cap, the Python prelude.
+    pub settings_json: String,
+    pub ready: Option<oneshot::Sender<Result<(), String>>>,
+    pub job: Option<oneshot::Receiver<String>>,
+    pub outcome: Option<oneshot::Sender<String>>,
+}
+
+deno_core::extension!(
+    codemode_bridge,
+    ops = [
+        op_assets_read,
+        op_assets_text,
+        op_entropy_fill,
+        op_clock_now,
+        op_text_decode,
+        op_output_write,
+        op_sandbox_settings,
+        op_sandbox_ready,
+        op_sandbox_next_job,
+        op_sandbox_report,
+        op_tools_catalog,
+        op_tools_call,
+    ],
+);
+
+fn no_such_asset(path: &str) -> JsErrorBox {
+    JsErrorBox::new(
+        "NotFound",
+        format!("no such file: '{path}' (the sandbox can read only Pyodide's pinned boot files)"),
+    )
+}
+
+#[op2]
+#[buffer]
+fn op_assets_read(#[string] path: &str) -> Result<Vec<u8>, JsErrorBox> {
+    crate::assets::pyodide_file(path)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| no_such_asset(path))
+}
+
+#[op2]
+#[string]
+fn op_assets_text(#[string] path: &str) -> Result<String, JsErrorBox> {
+    let bytes = crate::assets::pyodide_file(path).ok_or_else(|| no_such_asset(path))?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| no_such_asset(path))
+}
+
+#[op2(fast)]
+fn op_entropy_fill(state: &mut OpState, #[buffer] buf: &mut [u8]) -> Result<(), JsErrorBox> {
+    if buf.len() > 65536 {
+        // Web Crypto's own limit; Emscripten asks in small chunks.
+        return Err(JsErrorBox::new(
+            "QuotaExceededError",
+            "getRandomValues: at most 65536 bytes",
+        ));
+    }
+    state.borrow_mut::<Entropy>().0.fill_bytes(buf);
+    Ok(())
+}
+
+#[op2(fast)]
+fn op_clock_now(state: &mut OpState) -> f64 {
+    state.borrow::<Clock>().0.elapsed().as_secs_f64() * 1000.0
+}
+
+#[op2]
+#[string]
+fn op_text_decode(
+    #[buffer] bytes: &[u8],
+    #[string] encoding: &str,
+    fatal: bool,
+) -> Result<String, JsErrorBox> {
+    let invalid = || {
+        JsErrorBox::type_error(format!(
+            "The encoded data was not valid for encoding {encoding}"
+        ))
+    };
+    match encoding {
+        "utf-8" => {
+            let bytes = bytes
+                .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+                .unwrap_or(bytes);
+            if fatal {
+                std::str::from_utf8(bytes)
+                    .map(str::to_owned)
+                    .map_err(|_| invalid())
+            } else {
+                Ok(String::from_utf8_lossy(bytes).into_owned())
+            }
+        }
+        "latin1" => Ok(bytes.iter().map(|&b| b as char).collect()),
+        "utf-16le" => {
+            let units = bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]));
+            if fatal {
+                char::decode_utf16(units)
+                    .collect::<Result<String, _>>()
+                    .map_err(|_| invalid())
+            } else {
+                Ok(char::decode_utf16(units)
+                    .map(|c| c.unwrap_or('\u{FFFD}'))
+                    .collect())
+            }
+        }
+        other => Err(JsErrorBox::range_error(format!(
+            "unsupported encoding '{other}'"
+        ))),
+    }
+}
+
+#[op2(fast)]
+fn op_output_write(
+    state: &mut OpState,
+    stream: u32,
+    #[buffer] bytes: &[u8],
+) -> Result<(), JsErrorBox> {
+    let stream = match stream {
+        1 => Stream::Stdout,
+        2 => Stream::Stderr,
+        other => return Err(JsErrorBox::type_error(format!("no output stream {other}"))),
+    };
+    state.borrow::<SharedOutput>().write(stream, bytes);
+    Ok(())
+}
+
+#[op2]
+#[string]
+fn op_sandbox_settings(state: &mut OpState) -> String {
+    state.borrow::<Lifecycle>().settings_json.clone()
+}
+
+/// Called once by main_deno.js: an empty string when Pyodide is up, else why it is not.
+#[op2(fast)]
+fn op_sandbox_ready(state: &mut OpState, #[string] error: &str) {
+    if let Some(tx) = state.borrow_mut::<Lifecycle>().ready.take() {
+        let _ = tx.send(if error.is_empty() {
+            Ok(())
+        } else {
+            Err(error.to_owned())
+        });
+    }
+}
+
+#[op2]
+#[string]
+async fn op_sandbox_next_job(state: Rc<RefCell<OpState>>) -> Result<String, JsErrorBox> {
+    let job = state.borrow_mut().borrow_mut::<Lifecycle>().job.take();
+    let job =
+        job.ok_or_else(|| JsErrorBox::generic("this sandbox has already taken its one job"))?;
+    job.await
+        .map_err(|_| JsErrorBox::generic("the sandbox was discarded before it got a job"))
+}
+
+#[op2(fast)]
+fn op_sandbox_report(state: &mut OpState, #[string] outcome_json: &str) {
+    if let Some(tx) = state.borrow_mut::<Lifecycle>().outcome.take() {
+        let _ = tx.send(outcome_json.to_owned());
+    }
+}
+
+#[op2]
+#[string]
+fn op_tools_catalog(state: &mut OpState) -> String {
+    serde_json::to_string(&state.borrow::<ToolBridge>().host.catalog())
+        .unwrap_or_else(|_| "[]".into())
+}
+
+#[op2]
+#[string]
+async fn op_tools_call(
+    state: Rc<RefCell<OpState>>,
+    #[string] server: String,
+    #[string] tool: String,
+    #[string] arguments_json: String,
+) -> String {
+    let bridge = state.borrow().borrow::<ToolBridge>().clone();
+    bridge.call_envelope(server, tool, &arguments_json).await
+}

@@ -1,0 +1,154 @@
+//! The tool side of the bridge: what Python may call, described without any MCP wire types.
+//!
+//! The bridge's ops reach downstream servers only through [`ToolHost`], handed to the sandbox by
+//! whoever creates it: the hub in production, a small in-memory host in tests. Nothing here knows
+//! V8, so the shaping of results is tested without an isolate.
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One tool as Python sees it (the MCP `Tool`, minus what Python has no use for).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub input_schema: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
+}
+
+/// One downstream server and its tools.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServerCatalog {
+    pub server: String,
+    #[serde(default)]
+    pub description: String,
+    pub tools: Vec<ToolSpec>,
+}
+
+/// Why a tool call failed, in words the script's author can act on.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+#[error("{0}")]
+pub struct ToolCallError(pub String);
+
+/// Access to downstream tools. Implementations must be cheap to call from any thread: the future
+/// is polled on the sandbox's own thread.
+pub trait ToolHost: Send + Sync + 'static {
+    fn catalog(&self) -> Vec<ServerCatalog>;
+
+    /// Calls `server`'s tool `tool` (its MCP name) and returns the value Python receives.
+    fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> BoxFuture<'static, Result<Value, ToolCallError>>;
+}
+
+/// A host with no servers: plain Python.
+pub struct NoTools;
+
+impl ToolHost for NoTools {
+    fn catalog(&self) -> Vec<ServerCatalog> {
+        Vec::new()
+    }
+    fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        _: Map<String, Value>,
+    ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
+        let message = format!("no MCP server '{server}' is configured (called tool '{tool}')");
+        Box::pin(async move { Err(ToolCallError(message)) })
+    }
+}
+
+/// One call made by a script, as reported back to the MCP client.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct ToolCallRecord {
+    pub server: String,
+    pub tool: String,
+    pub ms: f64,
+    pub ok: bool,
+}
+
+/// The bridge's per-sandbox tool state: the host and the log of calls made.
+#[derive(Clone)]
+pub struct ToolBridge {
+    pub host: Arc<dyn ToolHost>,
+    pub calls: Arc<std::sync::Mutex<Vec<ToolCallRecord>>>,
+    pub max_calls: usize,
+}
+
+impl ToolBridge {
+    pub fn new(host: Arc<dyn ToolHost>) -> Self {
+        Self {
+            host,
+            calls: Default::default(),
+            max_calls: 1000,
+        }
+    }
+
+    /// Makes one call and returns the JSON envelope Python unwraps:
+    /// `{"ok": true, "value": ...}` or `{"ok": false, "error": "..."}`.
+    pub async fn call_envelope(
+        &self,
+        server: String,
+        tool: String,
+        arguments_json: &str,
+    ) -> String {
+        let started = Instant::now();
+        let result = self.call(&server, &tool, arguments_json).await;
+        let record = ToolCallRecord {
+            server,
+            tool,
+            ms: round_ms(started.elapsed()),
+            ok: result.is_ok(),
+        };
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record);
+        let envelope = match result {
+            Ok(value) => serde_json::json!({"ok": true, "value": value}),
+            Err(e) => serde_json::json!({"ok": false, "error": e.0}),
+        };
+        envelope.to_string()
+    }
+
+    async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments_json: &str,
+    ) -> Result<Value, ToolCallError> {
+        let made = self.calls.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if made >= self.max_calls {
+            return Err(ToolCallError(format!(
+                "this script already made {made} tool calls, the most one execution may make"
+            )));
+        }
+        let arguments = match serde_json::from_str(arguments_json) {
+            Ok(Value::Object(map)) => map,
+            Ok(other) => {
+                return Err(ToolCallError(format!(
+                    "arguments must be a JSON object, got {other}"
+                )))
+            }
+            Err(e) => return Err(ToolCallError(format!("arguments are not valid JSON: {e}"))),
+        };
+        self.host.call(server, tool, arguments).await
+    }
+}
+
+pub fn round_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}

@@ -1,0 +1,262 @@
+//! engine — one Python sandbox: a V8 isolate on its own thread running Pyodide, with limits.
+//!
+//! `Sandbox::new(config)` boots (or, later, restores) Pyodide and waits until it is ready;
+//! `Sandbox::execute(job)` runs one script and returns its [`Outcome`]. A sandbox runs exactly one
+//! job and is then destroyed, so nothing leaks from one script into the next.
+//!
+//! **Invariant:** V8 never leaves the sandbox thread; the handle talks to it through channels and
+//! the isolate's thread-safe handle (used only to terminate it).
+//! **Invariant:** a limit breach (timeout, V8 heap) ends the isolate; it is never reused.
+
+mod isolate;
+
+use crate::bridge::output::LiveOutput;
+use crate::bridge::{SharedOutput, ToolCallRecord, ToolHost};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Limits every sandbox runs under.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Wall-clock time for one script, from the job's start.
+    pub timeout: Duration,
+    /// Cap on Pyodide's linear memory (and, separately, on V8's JS heap).
+    pub memory_mb: u64,
+    /// Bytes of stdout and of stderr kept; the rest is counted and reported.
+    pub max_output: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            memory_mb: 512,
+            max_output: 1 << 20,
+        }
+    }
+}
+
+/// Everything a new sandbox needs.
+pub struct SandboxConfig {
+    pub limits: Limits,
+    /// Derive all randomness (os.urandom, random, uuid4, hash seed) from this number.
+    pub seed: Option<u64>,
+    pub tools: Arc<dyn ToolHost>,
+    /// Called with output as it is printed (after the cap is applied).
+    pub live_output: Option<LiveOutput>,
+}
+
+impl SandboxConfig {
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            seed: None,
+            tools: Arc::new(crate::bridge::NoTools),
+            live_output: None,
+        }
+    }
+}
+
+/// One script to run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub code: String,
+    /// The name tracebacks use for the script (`script.py`, `<stdin>`).
+    pub filename: String,
+    /// Overrides `Limits::timeout` for this job when set.
+    #[serde(skip)]
+    pub timeout: Option<Duration>,
+}
+
+impl Job {
+    pub fn new(code: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            filename: "<script>".into(),
+            timeout: None,
+        }
+    }
+}
+
+/// A Python exception (or a limit breach reported as one).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct ErrorInfo {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    pub traceback: String,
+}
+
+/// What a script did.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Outcome {
+    pub stdout: String,
+    pub stderr: String,
+    /// The value of the script's last expression: JSON where it converts, else its repr.
+    pub result: Value,
+    pub error: Option<ErrorInfo>,
+    pub duration_ms: f64,
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// `sys.exit(n)` with n != 0, else 0 (1 when `error` is set otherwise).
+    #[serde(skip)]
+    pub exit_code: i32,
+}
+
+impl Outcome {
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("the sandbox could not start: {0}")]
+    Boot(String),
+}
+
+/// What the Python prelude reports (codemode.run_job).
+#[derive(Deserialize)]
+struct ScriptReport {
+    result: Value,
+    error: Option<ErrorInfo>,
+    exit_code: i32,
+}
+
+/// Shared between the handle and the thread: why the isolate ended early, if it did.
+#[derive(Default)]
+pub(crate) struct Fate {
+    pub heap_exhausted: AtomicBool,
+    pub exit_reason: Mutex<Option<String>>,
+}
+
+pub struct Sandbox {
+    limits: Limits,
+    job_tx: Option<oneshot::Sender<String>>,
+    outcome_rx: Option<oneshot::Receiver<String>>,
+    isolate: deno_core::v8::IsolateHandle,
+    stop_tx: Option<oneshot::Sender<()>>,
+    output: SharedOutput,
+    calls: Arc<Mutex<Vec<ToolCallRecord>>>,
+    fate: Arc<Fate>,
+}
+
+impl Sandbox {
+    /// Starts a sandbox thread and waits until Pyodide is ready for a job.
+    pub async fn new(config: SandboxConfig) -> Result<Sandbox, EngineError> {
+        isolate::spawn(config).await
+    }
+
+    /// Runs one script. Never fails: every problem, ours or the script's, becomes the outcome's
+    /// `error`, with whatever the script printed before it.
+    pub async fn execute(mut self, job: Job) -> Outcome {
+        let started = Instant::now();
+        let timeout = job.timeout.unwrap_or(self.limits.timeout);
+        let job_json = serde_json::to_string(&job).expect("a job serializes");
+        let outcome_rx = self.outcome_rx.take().expect("execute runs once");
+        let sent = self
+            .job_tx
+            .take()
+            .map(|tx| tx.send(job_json).is_ok())
+            .unwrap_or(false);
+        let report = if !sent {
+            Err(self.died())
+        } else {
+            match tokio::time::timeout(timeout, outcome_rx).await {
+                Ok(Ok(json)) => {
+                    serde_json::from_str::<ScriptReport>(&json).map_err(|e| ErrorInfo {
+                        kind: "RuntimeError".into(),
+                        message: format!("mcp-code-mode: unreadable report from the sandbox: {e}"),
+                        traceback: String::new(),
+                    })
+                }
+                Ok(Err(_)) => Err(self.died()),
+                Err(_) => Err(ErrorInfo {
+                    kind: "TimeoutError".into(),
+                    message: format!(
+                        "the script ran longer than its {} limit and was stopped",
+                        human_duration(timeout)
+                    ),
+                    traceback: String::new(),
+                }),
+            }
+        };
+        self.stop();
+        let captured = self.output.captured();
+        let tool_calls = std::mem::take(&mut *self.calls.lock().unwrap_or_else(|p| p.into_inner()));
+        let (result, error, exit_code) = match report {
+            Ok(r) => {
+                let code = if r.error.is_some() && r.exit_code == 0 {
+                    1
+                } else {
+                    r.exit_code
+                };
+                (r.result, r.error, code)
+            }
+            Err(e) => (Value::Null, Some(e), 1),
+        };
+        Outcome {
+            stdout: captured.stdout,
+            stderr: captured.stderr,
+            result,
+            error,
+            duration_ms: crate::bridge::tools::round_ms(started.elapsed()),
+            tool_calls,
+            exit_code,
+        }
+    }
+
+    /// The error for a sandbox that ended without reporting.
+    fn died(&self) -> ErrorInfo {
+        if self.fate.heap_exhausted.load(Ordering::SeqCst) {
+            return ErrorInfo {
+                kind: "MemoryError".into(),
+                message: format!(
+                    "the script exhausted the sandbox's JavaScript heap ({} MiB, --memory-mb) and was stopped",
+                    self.limits.memory_mb
+                ),
+                traceback: String::new(),
+            };
+        }
+        let reason = self
+            .fate
+            .exit_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        ErrorInfo {
+            kind: "RuntimeError".into(),
+            message: format!(
+                "the sandbox ended without finishing the script: {}",
+                reason.unwrap_or_else(|| "no reason given".into())
+            ),
+            traceback: String::new(),
+        }
+    }
+
+    /// Ends the isolate wherever it is: in JS/wasm (terminate) or waiting in the event loop (stop).
+    fn stop(&mut self) {
+        self.isolate.terminate_execution();
+        if let Some(tx) = self.stop_tx.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs.fract() == 0.0 {
+        format!("{secs:.0} s")
+    } else {
+        format!("{secs:.1} s")
+    }
+}
