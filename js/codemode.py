@@ -261,6 +261,21 @@ class _Tools:
 tools = _Tools(json.loads(_codemode_host.catalog_json()))
 
 
+def _disable_network():
+    """The sandbox has no network; say so plainly instead of Emscripten's 'Host is unreachable'."""
+    import errno
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENETUNREACH, "network access is disabled in the mcp-code-mode sandbox; "
+                      "reach other systems through tools.<server>.<tool>(...)")
+
+    socket.socket.connect = socket.socket.connect_ex = refuse
+    socket.getaddrinfo = refuse
+
+
+_disable_network()
+
 # ---------------------------------------------------------------------------------------------
 # running a job
 
@@ -296,6 +311,7 @@ async def run_job(job_json):
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     namespace = {"__name__": "__main__", "__builtins__": builtins, "tools": tools, "ToolError": ToolError}
     outcome = {"result": None, "error": None, "exit_code": 0}
+    sys.stdout.reconfigure(line_buffering=True)  # what was printed before a timeout is not lost
     try:
         value = await eval_code_async(code, namespace, filename=filename, return_mode="last_expr")
         outcome["result"] = _jsonable(value)

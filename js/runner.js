@@ -30,6 +30,26 @@ function capWasmMemory(maxBytes) {
 }
 
 /**
+ * What Python's `js` module shows: ECMAScript's own built-ins, the same in every host, and none of
+ * the host's extras (`readbuffer`, `Deno`, `document`, `fetch`, ...).
+ */
+const STANDARD_GLOBALS = [
+  "Object", "Function", "Array", "Number", "Boolean", "String", "Symbol", "BigInt", "Math", "JSON",
+  "Date", "RegExp", "Error", "TypeError", "RangeError", "SyntaxError", "Promise", "Map", "Set",
+  "WeakMap", "WeakSet", "Proxy", "Reflect", "ArrayBuffer", "DataView", "Int8Array", "Uint8Array",
+  "Uint8ClampedArray", "Int16Array", "Uint16Array", "Int32Array", "Uint32Array", "Float32Array",
+  "Float64Array", "BigInt64Array", "BigUint64Array", "parseInt", "parseFloat", "isNaN", "isFinite",
+  "encodeURIComponent", "decodeURIComponent", "encodeURI", "decodeURI", "NaN", "Infinity", "undefined",
+];
+
+function standardGlobals() {
+  const globals = Object.create(null);
+  for (const name of STANDARD_GLOBALS) globals[name] = globalThis[name];
+  globals.globalThis = globals;
+  return globals;
+}
+
+/**
  * settings: { indexURL, lockFileContents?, env, memoryBytes, preludeSource, loadPyodide,
  *             createPyodideModule? }
  */
@@ -40,9 +60,9 @@ export async function bootSandbox(settings, host) {
     lockFileContents: settings.lockFileContents,
     createPyodideModule: settings.createPyodideModule,
     env: settings.env,
-    // Python must not see the host's globals by default; `js` still reaches globalThis, which is
-    // why every host op validates its own arguments.
-    jsglobals: Object.create(null),
+    // `js` shows only standard built-ins. Python can still reach the real globalThis through
+    // Pyodide's internals, which is why every host op validates its own arguments.
+    jsglobals: standardGlobals(),
     stdin: () => null,
   });
   const writer = (stream) => ({

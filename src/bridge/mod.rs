@@ -62,10 +62,9 @@ deno_core::extension!(
 );
 
 fn no_such_asset(path: &str) -> JsErrorBox {
-    JsErrorBox::new(
-        "NotFound",
-        format!("no such file: '{path}' (the sandbox can read only Pyodide's pinned boot files)"),
-    )
+    JsErrorBox::type_error(format!(
+        "no such file: '{path}' (the sandbox can read only Pyodide's pinned boot files)"
+    ))
 }
 
 #[op2]
@@ -87,10 +86,7 @@ fn op_assets_text(#[string] path: &str) -> Result<String, JsErrorBox> {
 fn op_entropy_fill(state: &mut OpState, #[buffer] buf: &mut [u8]) -> Result<(), JsErrorBox> {
     if buf.len() > 65536 {
         // Web Crypto's own limit; Emscripten asks in small chunks.
-        return Err(JsErrorBox::new(
-            "QuotaExceededError",
-            "getRandomValues: at most 65536 bytes",
-        ));
+        return Err(JsErrorBox::range_error("getRandomValues: at most 65536 bytes at a time"));
     }
     state.borrow_mut::<Entropy>().0.fill_bytes(buf);
     Ok(())

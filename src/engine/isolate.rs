@@ -87,13 +87,8 @@ pub(super) async fn spawn(config: SandboxConfig) -> Result<Sandbox, EngineError>
                 entropy,
                 heap_bytes,
             };
-            let reason = run_thread(state, handle_tx, stop_rx, thread_fate.clone());
-            if let Err(reason) = reason {
-                *thread_fate
-                    .exit_reason
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(reason);
-            }
+            let result = run_thread(state, handle_tx, stop_rx, thread_fate.clone());
+            thread_fate.finish(result.err());
         })
         .map_err(|e| EngineError::Boot(format!("cannot start a sandbox thread: {e}")))?;
 

@@ -131,6 +131,26 @@ struct ScriptReport {
 pub(crate) struct Fate {
     pub heap_exhausted: AtomicBool,
     pub exit_reason: Mutex<Option<String>>,
+    /// Closed when the sandbox thread has dropped its runtime and recorded `exit_reason`.
+    pub finished: tokio::sync::Notify,
+    pub done: AtomicBool,
+}
+
+impl Fate {
+    pub(crate) fn finish(&self, reason: Option<String>) {
+        *self.exit_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason;
+        self.done.store(true, Ordering::SeqCst);
+        self.finished.notify_waiters();
+    }
+
+    /// Waits (briefly) until the thread has said why it ended.
+    async fn reason(&self) -> Option<String> {
+        let notified = self.finished.notified();
+        if !self.done.load(Ordering::SeqCst) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), notified).await;
+        }
+        self.exit_reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 pub struct Sandbox {
@@ -163,9 +183,10 @@ impl Sandbox {
             .map(|tx| tx.send(job_json).is_ok())
             .unwrap_or(false);
         let report = if !sent {
-            Err(self.died())
+            Err(self.died().await)
         } else {
-            match tokio::time::timeout(timeout, outcome_rx).await {
+            let waited = tokio::time::timeout(timeout, outcome_rx).await;
+            match waited {
                 Ok(Ok(json)) => {
                     serde_json::from_str::<ScriptReport>(&json).map_err(|e| ErrorInfo {
                         kind: "RuntimeError".into(),
@@ -173,7 +194,7 @@ impl Sandbox {
                         traceback: String::new(),
                     })
                 }
-                Ok(Err(_)) => Err(self.died()),
+                Ok(Err(_)) => Err(self.died().await),
                 Err(_) => Err(ErrorInfo {
                     kind: "TimeoutError".into(),
                     message: format!(
@@ -210,7 +231,7 @@ impl Sandbox {
     }
 
     /// The error for a sandbox that ended without reporting.
-    fn died(&self) -> ErrorInfo {
+    async fn died(&self) -> ErrorInfo {
         if self.fate.heap_exhausted.load(Ordering::SeqCst) {
             return ErrorInfo {
                 kind: "MemoryError".into(),
@@ -221,12 +242,7 @@ impl Sandbox {
                 traceback: String::new(),
             };
         }
-        let reason = self
-            .fate
-            .exit_reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let reason = self.fate.reason().await;
         ErrorInfo {
             kind: "RuntimeError".into(),
             message: format!(

@@ -1,0 +1,72 @@
+//! The `mcp-code-mode run` command as a user runs it: streams, --json, exit codes, stdin.
+
+use crate::util::{cli, cli_in, json, text, BIN};
+
+#[test]
+fn run_prints_the_scripts_output_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hello.py");
+    std::fs::write(&script, "import sys\nprint('hi there')\nprint('oops', file=sys.stderr)\n").unwrap();
+    let out = cli(&["run", script.to_str().unwrap()], "");
+    assert_eq!(text(&out.stdout), "hi there\n");
+    assert_eq!(text(&out.stderr), "oops\n");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn run_json_prints_one_object_and_exit_code_1_on_a_python_error() {
+    let out = cli(&["run", "--json", "-"], "print('a')\nx = 1\nx / 0\n");
+    assert_eq!(out.status.code(), Some(1));
+    let v = json(&out);
+    assert_eq!(v["stdout"], "a\n");
+    assert_eq!(v["result"], serde_json::Value::Null);
+    assert_eq!(v["error"]["type"], "ZeroDivisionError");
+    assert!(v["error"]["traceback"].as_str().unwrap().contains("File \"<stdin>\", line 3"));
+    assert!(v["duration_ms"].as_f64().unwrap() > 0.0);
+    let ok = json(&cli(&["run", "--json", "-"], "21 * 2"));
+    assert_eq!(ok["result"], 42);
+    assert_eq!(ok["error"], serde_json::Value::Null);
+}
+
+#[test]
+fn a_python_error_prints_its_traceback_on_stderr() {
+    let out = cli(&["run", "-"], "def f():\n    raise ValueError('bad value')\nf()\n");
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.starts_with("Traceback (most recent call last):\n"), "{err}");
+    assert!(err.ends_with("ValueError: bad value\n"), "{err}");
+}
+
+#[test]
+fn usage_and_input_errors_exit_2_and_say_what_is_wrong() {
+    let out = cli(&["run", "/no/such/script.py"], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("cannot read script '/no/such/script.py'"), "{}", text(&out.stderr));
+    let out = cli(&["run", "--timeout", "soon", "-"], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("'soon' is not a number of seconds"));
+    let out = cli(&["run", "--memory-mb", "1", "-"], "");
+    assert_eq!(out.status.code(), Some(2));
+    let out = cli(&["frobnicate"], "");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn the_binary_is_self_contained() {
+    // A copy in an empty folder, run from another empty folder: no assets beside it, no network.
+    let home = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let copy = home.path().join("mcp-code-mode");
+    std::fs::copy(BIN, &copy).unwrap();
+    let out = cli_in(copy.to_str().unwrap(), elsewhere.path(), &["run", "-"], "import sys; print(sys.version_info[:2])");
+    assert_eq!(text(&out.stdout), "(3, 14)\n", "{}", text(&out.stderr));
+}
+
+#[test]
+fn seeded_runs_give_identical_bytes() {
+    let script = "import random, uuid\nprint(random.randint(0, 10**9), uuid.uuid4())";
+    let a = cli(&["run", "--seed", "7", "-"], script);
+    let b = cli(&["run", "--seed", "7", "-"], script);
+    assert_eq!(a.stdout, b.stdout);
+    assert!(!a.stdout.is_empty());
+}

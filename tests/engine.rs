@@ -1,0 +1,288 @@
+//! The sandbox engine through its library API: outcomes, limits, isolation, seeds, the tool bridge.
+
+use crate::util::{execute, execute_with, limits};
+use futures::future::BoxFuture;
+use mcp_code_mode::bridge::{ServerCatalog, ToolCallError, ToolHost, ToolSpec};
+use mcp_code_mode::engine::{Job, Limits, Sandbox, SandboxConfig};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn last_expression_is_the_result_and_prints_are_kept() {
+    let o = execute("import sys\nprint('out')\nprint('err', file=sys.stderr)\n{'a': [1, 2.5, None]}").await;
+    assert_eq!(o.error, None);
+    assert_eq!(o.stdout, "out\n");
+    assert_eq!(o.stderr, "err\n");
+    assert_eq!(o.result, json!({"a": [1, 2.5, null]}));
+}
+
+#[tokio::test]
+async fn a_result_that_is_not_json_comes_back_as_its_repr() {
+    let o = execute("class P:\n    def __repr__(self): return 'P()'\n(P(), {1, 2} - {2})").await;
+    assert_eq!(o.result, json!("(P(), {1})"));
+}
+
+#[tokio::test]
+async fn errors_carry_type_message_and_the_scripts_own_line_numbers() {
+    let o = execute("x = 1\n\ndef f(d):\n    return d['missing']\n\nf({})\n").await;
+    let e = o.error.expect("an error");
+    assert_eq!(e.kind, "KeyError");
+    assert_eq!(e.message, "'missing'");
+    assert!(e.traceback.contains("File \"<script>\", line 6, in <module>"), "{}", e.traceback);
+    assert!(e.traceback.contains("File \"<script>\", line 4, in f\n    return d['missing']"), "{}", e.traceback);
+    assert!(!e.traceback.contains("_pyodide"), "Pyodide's own frames must be hidden: {}", e.traceback);
+    assert_eq!(o.exit_code, 1);
+}
+
+#[tokio::test]
+async fn syntax_errors_point_at_the_line() {
+    let e = execute("a = 1\nb = (\n").await.error.expect("an error");
+    assert_eq!(e.kind, "SyntaxError");
+    assert!(e.traceback.contains("line 2"), "{}", e.traceback);
+}
+
+#[tokio::test]
+async fn top_level_await_works() {
+    let o = execute("import asyncio\nawait asyncio.sleep(0.01)\nawait asyncio.gather(*(asyncio.sleep(0, i) for i in range(3)))").await;
+    assert_eq!(o.error, None);
+    assert_eq!(o.result, json!([0, 1, 2]));
+}
+
+// ---- limits ---------------------------------------------------------------------------------
+
+async fn assert_stopped_in_time(code: &str, timeout_s: f64, kind: &str) -> mcp_code_mode::engine::Outcome {
+    let started = Instant::now();
+    let o = execute_with(SandboxConfig::new(limits(timeout_s)), code).await;
+    let took = started.elapsed().as_secs_f64();
+    let e = o.error.clone().unwrap_or_else(|| panic!("{code:?} should fail, got {o:?}"));
+    assert_eq!(e.kind, kind, "{e:?}");
+    assert!(o.duration_ms <= (timeout_s + 0.5) * 1000.0, "took {} ms", o.duration_ms);
+    // Boot is outside the limit; the whole call must still not hang.
+    assert!(took < timeout_s + 20.0, "took {took} s in all");
+    o
+}
+
+#[tokio::test]
+async fn a_busy_loop_is_stopped_by_the_timeout_and_keeps_earlier_output() {
+    let o = assert_stopped_in_time("print('started')\nwhile True: pass", 1.0, "TimeoutError").await;
+    assert_eq!(o.stdout, "started\n");
+    assert!(o.error.unwrap().message.contains("1 s limit"));
+}
+
+#[tokio::test]
+async fn an_asyncio_busy_loop_is_stopped_by_the_timeout() {
+    let code = "import asyncio\nasync def spin():\n    while True:\n        await asyncio.sleep(0)\nawait spin()";
+    assert_stopped_in_time(code, 1.0, "TimeoutError").await;
+}
+
+#[tokio::test]
+async fn a_sleeping_script_is_stopped_by_the_timeout() {
+    assert_stopped_in_time("import asyncio\nawait asyncio.sleep(3600)", 1.0, "TimeoutError").await;
+}
+
+#[tokio::test]
+async fn deep_recursion_is_a_recursion_error() {
+    assert_stopped_in_time("def f(n): return f(n + 1)\nf(0)", 10.0, "RecursionError").await;
+}
+
+#[tokio::test]
+async fn a_memory_bomb_is_a_memory_error_under_the_cap() {
+    let o = assert_stopped_in_time("blocks = []\nwhile True: blocks.append(bytearray(10**7))", 20.0, "MemoryError").await;
+    assert!(o.duration_ms < 20_000.0);
+    // One large allocation past the cap as well.
+    let small = Limits { memory_mb: 128, ..Limits::default() };
+    let o = execute_with(SandboxConfig::new(small), "x = bytearray(200 * 2**20)").await;
+    assert_eq!(o.error.map(|e| e.kind).as_deref(), Some("MemoryError"));
+}
+
+#[tokio::test]
+async fn a_print_flood_is_truncated_with_a_notice_saying_how_much_was_dropped() {
+    let config = SandboxConfig::new(Limits { max_output: 1000, ..limits(1.0) });
+    let o = execute_with(config, "while True: print('x' * 99)").await;
+    assert_eq!(o.error.map(|e| e.kind).as_deref(), Some("TimeoutError"));
+    let (kept, notice) = o.stdout.split_at(1000);
+    assert!(kept.chars().all(|c| c == 'x' || c == '\n'));
+    assert!(notice.starts_with("\n[mcp-code-mode: stdout truncated: "), "{notice}");
+    assert!(notice.contains("more bytes were dropped after the first 1000"), "{notice}");
+
+    let config = SandboxConfig::new(Limits { max_output: 10, ..Limits::default() });
+    let o = execute_with(config, "print('a' * 25)").await;
+    assert_eq!(o.stdout, "aaaaaaaaaa\n[mcp-code-mode: stdout truncated: 16 more bytes were dropped after the first 10 (--max-output)]\n");
+}
+
+#[tokio::test]
+async fn the_process_stays_healthy_after_a_killed_sandbox() {
+    let o = execute_with(SandboxConfig::new(limits(0.5)), "while True: pass").await;
+    assert_eq!(o.error.unwrap().kind, "TimeoutError");
+    let o = execute("sum(range(10))").await;
+    assert_eq!(o.result, json!(45));
+}
+
+#[tokio::test]
+async fn a_job_timeout_overrides_the_limit() {
+    let sandbox = Sandbox::new(SandboxConfig::new(Limits::default())).await.unwrap();
+    let job = Job { timeout: Some(Duration::from_millis(300)), ..Job::new("while True: pass") };
+    let o = sandbox.execute(job).await;
+    assert_eq!(o.error.unwrap().kind, "TimeoutError");
+    assert!(o.duration_ms < 800.0, "{}", o.duration_ms);
+}
+
+// ---- isolation ------------------------------------------------------------------------------
+
+async fn assert_fails(code: &str, needle: &str) {
+    let o = execute(code).await;
+    let e = o.error.unwrap_or_else(|| panic!("{code:?} should fail, got result {:?}", o.result));
+    let text = format!("{}: {}", e.kind, e.message);
+    assert!(text.contains(needle), "{code:?}: expected {needle:?} in {text:?}");
+}
+
+#[tokio::test]
+async fn host_files_are_not_readable() {
+    assert_fails("open('/etc/hostname').read()", "FileNotFoundError").await;
+    assert_fails("import js\njs.readbuffer('/etc/hostname')", "AttributeError").await;
+    assert_fails(
+        "import pyodide_js\nawait pyodide_js._api.loadBinaryFile('/etc/hostname')",
+        "only Pyodide's pinned boot files",
+    )
+    .await;
+    // Even the pinned name must not become a path into the host's filesystem.
+    assert_fails(
+        "import pyodide_js\nawait pyodide_js._api.loadBinaryFile('/pyodide/../etc/passwd')",
+        "only Pyodide's pinned boot files",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn code_generation_from_strings_is_off() {
+    assert_fails("import pyodide_js\npyodide_js.runPython.constructor('return 1')()", "EvalError").await;
+}
+
+#[tokio::test]
+async fn there_is_no_network_and_it_fails_fast() {
+    let started = Instant::now();
+    assert_fails("import urllib.request\nurllib.request.urlopen('http://127.0.0.1:9/', timeout=5)", "network access is disabled").await;
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_fails("import socket\nsocket.create_connection(('127.0.0.1', 9))", "network access is disabled").await;
+}
+
+#[tokio::test]
+async fn host_environment_variables_are_not_visible() {
+    std::env::set_var("MCP_CODE_MODE_TEST_SECRET", "hunter2");
+    let o = execute("import os\nsorted(os.environ.items())").await;
+    let text = o.result.to_string();
+    assert!(!text.contains("hunter2") && !text.contains("MCP_CODE_MODE_TEST_SECRET"), "{text}");
+    let host_path = std::env::var("PATH").unwrap_or_default();
+    assert!(!text.contains(&host_path), "the host's PATH leaked: {text}");
+}
+
+// ---- seeds ----------------------------------------------------------------------------------
+
+const RANDOM_SCRIPT: &str = "import random, uuid, os\nprint(random.random(), uuid.uuid4(), os.urandom(8).hex(), hash('abc'), list({'x', 'y', 'z', 'w'}))";
+
+async fn seeded(seed: Option<u64>) -> String {
+    let mut config = SandboxConfig::new(Limits::default());
+    config.seed = seed;
+    let o = execute_with(config, RANDOM_SCRIPT).await;
+    assert_eq!(o.error, None);
+    o.stdout
+}
+
+#[tokio::test]
+async fn a_seed_gives_identical_bytes_and_no_seed_gives_fresh_entropy() {
+    let (a, b, c) = (seeded(Some(42)).await, seeded(Some(42)).await, seeded(Some(43)).await);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    let (d, e) = (seeded(None).await, seeded(None).await);
+    assert_ne!(d, e);
+    assert_ne!(d, a);
+}
+
+// ---- the tool bridge: an async Rust call exposed to Python -----------------------------------
+
+/// `test.echo(**kwargs)` answers after a real async sleep; `test.fail()` reports a tool error.
+struct EchoHost;
+
+impl ToolHost for EchoHost {
+    fn catalog(&self) -> Vec<ServerCatalog> {
+        let spec = |name: &str, schema: Value| ToolSpec {
+            name: name.into(),
+            description: format!("The {name} tool."),
+            input_schema: schema,
+            output_schema: None,
+            annotations: None,
+        };
+        vec![ServerCatalog {
+            server: "test".into(),
+            description: "in-memory test server".into(),
+            tools: vec![
+                spec("echo", json!({"type": "object", "properties": {"x": {"type": "integer"}}})),
+                spec("get-sum", json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]})),
+                spec("fail", json!({"type": "object"})),
+            ],
+        }]
+    }
+
+    fn call(&self, _server: &str, tool: &str, args: Map<String, Value>) -> BoxFuture<'static, Result<Value, ToolCallError>> {
+        let tool = tool.to_owned();
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            match tool.as_str() {
+                "echo" => Ok(Value::Object(args)),
+                "get-sum" => Ok(json!(args["a"].as_f64().unwrap() + args["b"].as_f64().unwrap())),
+                _ => Err(ToolCallError("it broke".into())),
+            }
+        })
+    }
+}
+
+async fn with_tools(code: &str) -> mcp_code_mode::engine::Outcome {
+    let mut config = SandboxConfig::new(Limits::default());
+    config.tools = Arc::new(EchoHost);
+    execute_with(config, code).await
+}
+
+#[tokio::test]
+async fn an_async_rust_call_works_plainly_and_awaited() {
+    let o = with_tools("a = tools.test.echo(x=1)\nb = await tools.test.echo(x=2)\n[a, b]").await;
+    assert_eq!(o.error, None, "{}", o.stderr);
+    assert_eq!(o.result, json!([{"x": 1}, {"x": 2}]));
+    assert_eq!(o.tool_calls.len(), 2);
+    assert!(o.tool_calls.iter().all(|c| c.ok && c.server == "test" && c.tool == "echo" && c.ms >= 15.0));
+}
+
+#[tokio::test]
+async fn calls_work_inside_functions_and_coroutines_and_gather() {
+    let code = "import asyncio\n\
+def plain(n):\n    return tools.test.echo(x=n)['x']\n\
+async def coro(n):\n    return (await tools.test.echo(x=n))['x']\n\
+r = await asyncio.gather(coro(1), coro(2), tools.test.echo.aio(x=3))\n\
+[plain(0), r[0], r[1], r[2]['x']]";
+    let o = with_tools(code).await;
+    assert_eq!(o.error, None, "{:?}", o.error);
+    assert_eq!(o.result, json!([0, 1, 2, 3]));
+}
+
+#[tokio::test]
+async fn dashed_names_are_mapped_and_tool_errors_raise_tool_error() {
+    let code = "s = tools.test.get_sum(a=2, b=3)\n\
+try:\n    tools.test.fail()\nexcept ToolError as e:\n    err = (e.server, e.tool, e.message)\n\
+[s, err, tools.test.get_sum.mcp_name]";
+    let o = with_tools(code).await;
+    assert_eq!(o.error, None, "{:?}", o.error);
+    assert_eq!(o.result, json!([5.0, ["test", "fail", "it broke"], "get-sum"]));
+    assert_eq!(o.tool_calls.iter().map(|c| c.ok).collect::<Vec<_>>(), vec![true, false]);
+}
+
+#[tokio::test]
+async fn unknown_tools_suggest_close_names_and_signatures_come_from_the_schema() {
+    let o = with_tools("tools.test.echoo(x=1)").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, "AttributeError");
+    assert!(e.message.contains("Did you mean: echo"), "{}", e.message);
+    let o = with_tools("help(tools.test.get_sum)").await;
+    assert!(o.stdout.contains("get_sum(*, a: float, b: float, **kwargs)"), "{}", o.stdout);
+    let o = with_tools("tools.test.get_sum(a=1)").await;
+    assert!(o.error.unwrap().message.contains("missing a required argument: 'b'"));
+}
