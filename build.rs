@@ -1,12 +1,52 @@
-//! Build script: refuses to embed Pyodide boot files that do not match their pinned sha256.
+//! Build script: checks the pinned Pyodide files, then boots Pyodide once and saves the memory
+//! snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot`, embedded by src/assets.rs).
 //!
-//! The files themselves are embedded by `src/engine/assets.rs` with `include_bytes!`; this script
-//! only makes a tampered or half-downloaded `pyodide-assets/` a build error instead of a runtime
-//! mystery.
+//! It boots with the crate's own engine and bridge (included below by path, not copied), so the
+//! snapshot is made by exactly the code that restores it.
+#![allow(dead_code, unused_imports)]
+
 use sha2::{Digest, Sha256};
 use std::{fs, path::Path};
 
+mod assets {
+    include!("src/assets_files.rs");
+    /// No snapshot exists yet while it is being made.
+    pub const SNAPSHOT: Option<&[u8]> = None;
+}
+#[path = "src/bridge/mod.rs"]
+mod bridge;
+#[path = "src/engine/mod.rs"]
+mod engine;
+
 fn main() {
+    verify_pinned_files();
+    for file in [
+        "js/runner.js",
+        "js/main_deno.js",
+        "js/host_deno.js",
+        "js/codemode.py",
+    ] {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let out =
+        Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("pyodide.snapshot");
+    let started = std::time::Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let snapshot = runtime
+        .block_on(engine::make_snapshot())
+        .unwrap_or_else(|e| panic!("could not make the Pyodide memory snapshot: {e}"));
+    fs::write(&out, &snapshot).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+    println!(
+        "cargo:warning=Pyodide snapshot: {} bytes in {} ms",
+        snapshot.len(),
+        started.elapsed().as_millis()
+    );
+}
+
+fn verify_pinned_files() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pyodide-assets");
     let sums_path = dir.join("SHA256SUMS");
     println!("cargo:rerun-if-changed={}", sums_path.display());
@@ -31,8 +71,5 @@ fn main() {
                 path.display()
             );
         }
-    }
-    for js in ["js"] {
-        println!("cargo:rerun-if-changed={js}");
     }
 }

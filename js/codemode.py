@@ -20,13 +20,42 @@ import sys
 import traceback
 import types
 
-import _codemode_host
 from pyodide.code import eval_code_async
 from pyodide.ffi import can_run_sync, run_sync
 
-__all__ = ["ToolError", "tools", "run_job"]
+__all__ = ["ToolError", "run_job"]
 
 _BRIDGE_FILE = "<codemode>"
+
+# Imported into the build-time memory snapshot, so a script's first `import json` costs nothing.
+WARM_MODULES = [
+    "asyncio", "base64", "bisect", "calendar", "collections", "copy", "csv", "dataclasses",
+    "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq", "io",
+    "itertools", "json", "math", "operator", "pathlib", "pprint", "random", "re", "statistics",
+    "string", "textwrap", "time", "typing", "urllib.parse", "uuid",
+]
+
+
+def warm():
+    import importlib
+
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+
+
+def reseed():
+    """Fresh state for `random` from the sandbox's entropy (seeded by --seed, else the OS)."""
+    import random
+
+    random.seed()
+
+
+def _host():
+    # Imported on first use, never at module import: the module is part of the memory snapshot,
+    # and the host's JS object cannot be.
+    import _codemode_host
+
+    return _codemode_host
 
 
 class ToolError(Exception):
@@ -44,43 +73,13 @@ class ToolError(Exception):
 
 
 def python_name(name):
-    """`get-sum` -> `get_sum`; a name that would still not be an identifier gets a trailing `_`."""
+    """For suggestions only; the real mapping is bridge/signature.rs's (the catalogue carries it)."""
     mapped = re.sub(r"\W", "_", name)
     if not mapped or mapped[0].isdigit():
         mapped = "_" + mapped
     if keyword.iskeyword(mapped):
         mapped += "_"
     return mapped
-
-
-_JSON_TYPES = {
-    "string": "str",
-    "integer": "int",
-    "number": "float",
-    "boolean": "bool",
-    "null": "None",
-    "object": "dict",
-    "array": "list",
-}
-
-
-def _type_hint(schema, depth=0):
-    """A readable Python annotation (as text) for a JSON Schema."""
-    if not isinstance(schema, dict) or depth > 3:
-        return "Any"
-    if "enum" in schema and isinstance(schema["enum"], list):
-        return "Literal[" + ", ".join(json.dumps(v) for v in schema["enum"][:8]) + "]"
-    for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list):
-            return " | ".join(dict.fromkeys(_type_hint(s, depth + 1) for s in schema[key]))
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        return " | ".join(_JSON_TYPES.get(k, "Any") for k in kind)
-    if kind == "array":
-        return f"list[{_type_hint(schema.get('items'), depth + 1)}]"
-    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
-        return f"dict[str, {_type_hint(schema['additionalProperties'], depth + 1)}]"
-    return _JSON_TYPES.get(kind, "Any")
 
 
 class _Hint:
@@ -93,46 +92,20 @@ class _Hint:
         return self.text
 
 
-def signature_of(spec):
-    """The Python signature of a tool, built from its inputSchema and outputSchema."""
-    schema = spec.get("inputSchema") or {}
-    properties = schema.get("properties") or {}
-    required = set(schema.get("required") or [])
-    params = []
-    ordered = [n for n in properties if n in required] + [n for n in properties if n not in required]
-    for name in ordered:
-        if not name.isidentifier() or keyword.iskeyword(name):
-            continue  # reachable through **kwargs only
-        hint = _type_hint(properties[name])
-        if name in required:
-            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_Hint(hint)))
-        else:
-            default = properties[name].get("default") if isinstance(properties[name], dict) else None
-            if default is None and "None" not in hint:
-                hint += " | None"
-            params.append(
-                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=_Hint(hint))
-            )
-    if schema.get("additionalProperties", True) is not False or len(params) < len(properties):
+def _signature(view):
+    """An inspect.Signature from the signature the host computed (bridge/signature.rs)."""
+    params = [
+        inspect.Parameter(
+            p["name"],
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if p["required"] else p.get("default"),
+            annotation=_Hint(p["hint"]),
+        )
+        for p in view["params"]
+    ]
+    if view["var_kwargs"]:
         params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
-    returns = _type_hint(spec["outputSchema"]) if spec.get("outputSchema") else "Any"
-    return inspect.Signature(params, return_annotation=_Hint(returns))
-
-
-def _docstring(spec, server):
-    lines = [spec.get("description") or f"Tool '{spec['name']}' of server '{server}'."]
-    if spec["name"] != python_name(spec["name"]):
-        lines.append(f"\nMCP name: {spec['name']}")
-    properties = (spec.get("inputSchema") or {}).get("properties") or {}
-    described = [(n, p.get("description")) for n, p in properties.items() if isinstance(p, dict) and p.get("description")]
-    if described:
-        lines.append("\nArguments:")
-        lines.extend(f"    {n}: {d}" for n, d in described)
-    annotations = spec.get("annotations") or {}
-    hints = [k for k in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint") if annotations.get(k)]
-    if hints:
-        lines.append("\nHints: " + ", ".join(hints))
-    return "\n".join(lines)
+    return inspect.Signature(params, return_annotation=_Hint(view["returns"]))
 
 
 def _call_is_awaited():
@@ -164,7 +137,7 @@ def _unwrap(server, tool, envelope_json):
 
 def _make_tool(server, spec):
     tool = spec["name"]
-    signature = signature_of(spec)
+    signature = _signature(spec["signature"])
     has_var_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
 
     def arguments(args, kwargs):
@@ -183,24 +156,24 @@ def _make_tool(server, spec):
     def call(*args, **kwargs):
         payload = json.dumps(arguments(args, kwargs), default=repr)
         if _call_is_awaited():
-            return _finish(_codemode_host.call_tool(server, tool, payload))
+            return _finish(_host().call_tool(server, tool, payload))
         if not can_run_sync():
             raise RuntimeError(
                 f"tools.{server}.{python_name(tool)}() cannot block here (no JSPI stack on this path); "
                 f"write `await tools.{server}.{python_name(tool)}(...)` instead"
             )
-        return _unwrap(server, tool, run_sync(_codemode_host.call_tool(server, tool, payload)))
+        return _unwrap(server, tool, run_sync(_host().call_tool(server, tool, payload)))
 
     async def _finish(promise):
         return _unwrap(server, tool, await promise)
 
     async def aio(**kwargs):
         """The same call as a coroutine, for asyncio.gather / create_task."""
-        return _unwrap(server, tool, await _codemode_host.call_tool(server, tool, json.dumps(arguments((), kwargs), default=repr)))
+        return _unwrap(server, tool, await _host().call_tool(server, tool, json.dumps(arguments((), kwargs), default=repr)))
 
-    call.__name__ = call.__qualname__ = python_name(tool)
+    call.__name__ = call.__qualname__ = spec["pythonName"]
     call.__module__ = f"tools.{server}"
-    call.__doc__ = _docstring(spec, server)
+    call.__doc__ = spec["doc"]
     call.__signature__ = signature
     call.aio = aio
     call.mcp_name = tool
@@ -214,7 +187,7 @@ class _Server:
         self._description = spec.get("description") or ""
         self._tools = {}
         for tool_spec in spec.get("tools", []):
-            self._tools[python_name(tool_spec["name"])] = _make_tool(name, tool_spec)
+            self._tools[tool_spec["pythonName"]] = _make_tool(name, tool_spec)
         self.__doc__ = self._description or f"MCP server '{name}'"
 
     def __getattr__(self, attr):
@@ -238,7 +211,7 @@ class _Tools:
     """tools.<server>.<tool>(**kwargs) for every configured MCP server."""
 
     def __init__(self, catalog):
-        self._servers = {python_name(s["server"]): _Server(s["server"], s) for s in catalog}
+        self._servers = {s["pythonName"]: _Server(s["server"], s) for s in catalog}
 
     def __getattr__(self, attr):
         servers = self.__dict__.get("_servers", {})
@@ -256,9 +229,6 @@ class _Tools:
 
     def __repr__(self):
         return f"<tools: {', '.join(sorted(self._servers)) or 'no servers configured'}>"
-
-
-tools = _Tools(json.loads(_codemode_host.catalog_json()))
 
 
 def _disable_network():
@@ -309,6 +279,8 @@ async def run_job(job_json):
     job = json.loads(job_json)
     code, filename = job["code"], job.get("filename") or "<script>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    # Read at job start, not at boot: a pre-booted sandbox must see the catalogue as it is now.
+    tools = _Tools(json.loads(_host().catalog_json()))
     namespace = {"__name__": "__main__", "__builtins__": builtins, "tools": tools, "ToolError": ToolError}
     outcome = {"result": None, "error": None, "exit_code": 0}
     sys.stdout.reconfigure(line_buffering=True)  # what was printed before a timeout is not lost

@@ -4,7 +4,7 @@
  * One sandbox, one job: boot Pyodide, tell Rust it is ready, wait for the job, run it, report the
  * outcome, end. A sandbox is never reused, so no state leaks from one script into the next.
  *
- * Ops used: op_sandbox_settings, op_sandbox_ready, op_sandbox_next_job, op_sandbox_report,
+ * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_next_job, op_sandbox_report,
  *           op_output_write, op_tools_call, op_tools_catalog (and host_deno.js's own).
  */
 import "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
@@ -23,10 +23,12 @@ const host = {
 
 let pyodide;
 try {
+  const snapshot = settings.restoreSnapshot ? ops.op_snapshot_read() : undefined;
   pyodide = await bootSandbox(
-    { ...settings, indexURL: "/pyodide/", loadPyodide, createPyodideModule },
+    { ...settings, snapshot, indexURL: "/pyodide/", loadPyodide, createPyodideModule },
     host,
   );
+  if (settings.makeSnapshot) ops.op_snapshot_save(pyodide.makeMemorySnapshot());
 } catch (e) {
   ops.op_sandbox_ready(`Pyodide failed to boot: ${e && e.stack ? e.stack : e}`);
   throw e;

@@ -49,22 +49,45 @@ function standardGlobals() {
   return globals;
 }
 
+const LOAD_PRELUDE =
+  "import sys, types\n" +
+  "_m = types.ModuleType('codemode')\n" +
+  "_m.__file__ = '<codemode>'\n" +
+  "sys.modules['codemode'] = _m\n" +
+  "exec(compile(__codemode_source, '<codemode>', 'exec'), _m.__dict__)\n" +
+  "del _m, __codemode_source\n";
+
 /**
- * settings: { indexURL, lockFileContents?, env, memoryBytes, preludeSource, loadPyodide,
- *             createPyodideModule? }
+ * Boots Pyodide three ways:
+ *   settings.snapshot      restore a memory snapshot made by `makeSnapshot` (the fast path);
+ *   settings.makeSnapshot  boot, load the prelude, import the common modules, and stop there:
+ *                          the caller then calls `pyodide.makeMemorySnapshot()`;
+ *   neither                a plain boot (for comparison and debugging).
+ * settings: { indexURL, env, memoryBytes, preludeSource, loadPyodide, createPyodideModule?,
+ *             snapshot?, makeSnapshot? }
  */
 export async function bootSandbox(settings, host) {
   if (settings.memoryBytes) capWasmMemory(settings.memoryBytes);
   const pyodide = await settings.loadPyodide({
     indexURL: settings.indexURL,
-    lockFileContents: settings.lockFileContents,
     createPyodideModule: settings.createPyodideModule,
     env: settings.env,
     // `js` shows only standard built-ins. Python can still reach the real globalThis through
     // Pyodide's internals, which is why every host op validates its own arguments.
     jsglobals: standardGlobals(),
     stdin: () => null,
+    _makeSnapshot: !!settings.makeSnapshot,
+    _loadSnapshot: settings.snapshot,
   });
+  if (!settings.snapshot) {
+    pyodide.globals.set("__codemode_source", settings.preludeSource);
+    pyodide.runPython(LOAD_PRELUDE);
+  }
+  if (settings.makeSnapshot) {
+    // Nothing host-specific may be referenced from Python before the snapshot is taken.
+    pyodide.runPython("import codemode\ncodemode.warm()");
+    return pyodide;
+  }
   const writer = (stream) => ({
     write(bytes) {
       host.writeOutput(stream, bytes);
@@ -79,15 +102,8 @@ export async function bootSandbox(settings, host) {
     call_tool: (server, tool, argsJson) => host.callTool(server, tool, argsJson),
     catalog_json: () => host.catalogJson(),
   });
-  pyodide.globals.set("__codemode_source", settings.preludeSource);
-  pyodide.runPython(
-    "import sys, types\n" +
-      "_m = types.ModuleType('codemode')\n" +
-      "_m.__file__ = '<codemode>'\n" +
-      "sys.modules['codemode'] = _m\n" +
-      "exec(compile(__codemode_source, '<codemode>', 'exec'), _m.__dict__)\n" +
-      "del _m, __codemode_source\n",
-  );
+  // A restored snapshot carries the random state it was made with: draw fresh (or seeded) state.
+  pyodide.runPython("import codemode\ncodemode.reseed()");
   return pyodide;
 }
 

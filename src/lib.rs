@@ -3,4 +3,8 @@
 
 pub mod assets;
 pub mod bridge;
+pub mod config;
+pub mod debug;
 pub mod engine;
+pub mod hub;
+pub mod server;

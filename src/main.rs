@@ -4,7 +4,10 @@
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use mcp_code_mode::bridge::Stream;
-use mcp_code_mode::engine::{Job, Limits, Outcome, Sandbox, SandboxConfig};
+use mcp_code_mode::config::{self, Config};
+use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, Sandbox, SandboxConfig};
+use mcp_code_mode::hub::Hub;
+use mcp_code_mode::server::ServeOptions;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,17 +17,55 @@ use std::time::Duration;
 #[command(
     name = "mcp-code-mode",
     version,
-    about = "Run Python (Pyodide in a V8 sandbox) that calls MCP tools"
+    about = "An MCP server that runs one Python script (Pyodide in a V8 sandbox) calling your MCP servers' tools",
+    after_help = "With no command, `serve` runs: what an MCP client's config launches.",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve MCP over stdio (the default): execute_code plus tool discovery.
+    Serve(ServeArgs),
     /// Run a Python script in a fresh sandbox and print what it prints.
     Run(RunArgs),
+    /// Start the server as a child, drive it as an MCP client, and print a transcript.
+    Debug(DebugArgs),
+}
+
+#[derive(Args)]
+struct ConfigArg {
+    /// The servers to connect to (else $MCP_CODE_MODE_CONFIG, else config/mcp_servers.json if present).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// The longest timeout_s a client may ask execute_code for.
+    #[arg(long = "max-timeout", default_value_t = 300.0, value_name = "SECONDS", value_parser = parse_timeout)]
+    max_timeout: f64,
+    /// Boot Pyodide from scratch instead of restoring the embedded snapshot (slower; for comparison).
+    #[arg(long = "no-snapshot")]
+    no_snapshot: bool,
+    /// Sandboxes kept booted and ready (each is used once, then discarded).
+    #[arg(long = "pool-size", default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=64))]
+    pool_size: u16,
+}
+
+#[derive(Args)]
+struct DebugArgs {
+    #[command(flatten)]
+    config: ConfigArg,
 }
 
 #[derive(Args, Clone)]
@@ -73,6 +114,12 @@ struct RunArgs {
     /// Derive all randomness from N (random, uuid4, os.urandom, hash seed) for identical runs.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
+    /// Boot Pyodide from scratch instead of restoring the embedded snapshot (slower; for comparison).
+    #[arg(long = "no-snapshot")]
+    no_snapshot: bool,
+    /// Connect the configured MCP servers so the script can call `tools.<server>.<tool>(...)`.
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -91,6 +138,7 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MCP_CODE_MODE_LOG")
                 .unwrap_or_else(|_| "warn".into()),
@@ -100,9 +148,19 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    let command = cli.command.unwrap_or(Command::Serve(cli.serve));
     let result = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Run(args) => run(args).await,
+            Command::Serve(args) => serve(args).await,
+            Command::Debug(args) => {
+                let ok = mcp_code_mode::debug::run(args.config.config.as_deref()).await?;
+                Ok(if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                })
+            }
         }
     });
     match result {
@@ -112,6 +170,39 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Loads the configuration named by --config / $MCP_CODE_MODE_CONFIG / config/mcp_servers.json.
+fn load_config(arg: &ConfigArg) -> anyhow::Result<Option<Config>> {
+    match config::resolve_path(arg.config.as_deref()) {
+        Some(path) => Ok(Some(config::load(&path)?)),
+        None => Ok(None),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(&args.config)?;
+    match &config {
+        None => eprintln!(
+            "mcp-code-mode: no configuration (--config, $MCP_CODE_MODE_CONFIG or config/mcp_servers.json): \
+             serving plain Python with no downstream servers"
+        ),
+        Some(c) => tracing::info!("configuration {}: {} servers", c.path.display(), c.servers.len()),
+    }
+    let limits = args.limits.limits();
+    let snapshot = if args.no_snapshot {
+        None
+    } else {
+        mcp_code_mode::assets::SNAPSHOT
+    };
+    let pool = Pool::new(limits, snapshot, args.pool_size as usize);
+    let hub = Hub::start(config.as_ref()).await;
+    let options = ServeOptions {
+        limits,
+        max_timeout: Duration::from_secs_f64(args.max_timeout),
+    };
+    mcp_code_mode::server::serve_stdio(hub, pool, options).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit codes: 0 the script succeeded, 1 it raised (or was stopped), 2 usage or configuration error.
@@ -132,8 +223,22 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_default();
         (code, name)
     };
+    let servers = match &args.config {
+        Some(path) => Some(config::load(path)?),
+        None => None,
+    };
+    let hub = match &servers {
+        Some(servers) => Some(Hub::start(Some(servers)).await),
+        None => None,
+    };
     let mut config = SandboxConfig::new(args.limits.limits());
     config.seed = args.seed;
+    if args.no_snapshot {
+        config.snapshot = None;
+    }
+    if let Some(hub) = &hub {
+        config.tools = hub.clone();
+    }
     if !args.json {
         config.live_output = Some(Box::new(|stream, bytes| {
             let _ = match stream {

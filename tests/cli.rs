@@ -6,7 +6,11 @@ use crate::util::{cli, cli_in, json, text, BIN};
 fn run_prints_the_scripts_output_as_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("hello.py");
-    std::fs::write(&script, "import sys\nprint('hi there')\nprint('oops', file=sys.stderr)\n").unwrap();
+    std::fs::write(
+        &script,
+        "import sys\nprint('hi there')\nprint('oops', file=sys.stderr)\n",
+    )
+    .unwrap();
     let out = cli(&["run", script.to_str().unwrap()], "");
     assert_eq!(text(&out.stdout), "hi there\n");
     assert_eq!(text(&out.stderr), "oops\n");
@@ -21,7 +25,10 @@ fn run_json_prints_one_object_and_exit_code_1_on_a_python_error() {
     assert_eq!(v["stdout"], "a\n");
     assert_eq!(v["result"], serde_json::Value::Null);
     assert_eq!(v["error"]["type"], "ZeroDivisionError");
-    assert!(v["error"]["traceback"].as_str().unwrap().contains("File \"<stdin>\", line 3"));
+    assert!(v["error"]["traceback"]
+        .as_str()
+        .unwrap()
+        .contains("File \"<stdin>\", line 3"));
     assert!(v["duration_ms"].as_f64().unwrap() > 0.0);
     let ok = json(&cli(&["run", "--json", "-"], "21 * 2"));
     assert_eq!(ok["result"], 42);
@@ -30,10 +37,16 @@ fn run_json_prints_one_object_and_exit_code_1_on_a_python_error() {
 
 #[test]
 fn a_python_error_prints_its_traceback_on_stderr() {
-    let out = cli(&["run", "-"], "def f():\n    raise ValueError('bad value')\nf()\n");
+    let out = cli(
+        &["run", "-"],
+        "def f():\n    raise ValueError('bad value')\nf()\n",
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.starts_with("Traceback (most recent call last):\n"), "{err}");
+    assert!(
+        err.starts_with("Traceback (most recent call last):\n"),
+        "{err}"
+    );
     assert!(err.ends_with("ValueError: bad value\n"), "{err}");
 }
 
@@ -41,7 +54,11 @@ fn a_python_error_prints_its_traceback_on_stderr() {
 fn usage_and_input_errors_exit_2_and_say_what_is_wrong() {
     let out = cli(&["run", "/no/such/script.py"], "");
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("cannot read script '/no/such/script.py'"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot read script '/no/such/script.py'"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = cli(&["run", "--timeout", "soon", "-"], "");
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("'soon' is not a number of seconds"));
@@ -58,7 +75,12 @@ fn the_binary_is_self_contained() {
     let elsewhere = tempfile::tempdir().unwrap();
     let copy = home.path().join("mcp-code-mode");
     std::fs::copy(BIN, &copy).unwrap();
-    let out = cli_in(copy.to_str().unwrap(), elsewhere.path(), &["run", "-"], "import sys; print(sys.version_info[:2])");
+    let out = cli_in(
+        copy.to_str().unwrap(),
+        elsewhere.path(),
+        &["run", "-"],
+        "import sys; print(sys.version_info[:2])",
+    );
     assert_eq!(text(&out.stdout), "(3, 14)\n", "{}", text(&out.stderr));
 }
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 #[tokio::test]
 async fn last_expression_is_the_result_and_prints_are_kept() {
-    let o = execute("import sys\nprint('out')\nprint('err', file=sys.stderr)\n{'a': [1, 2.5, None]}").await;
+    let o =
+        execute("import sys\nprint('out')\nprint('err', file=sys.stderr)\n{'a': [1, 2.5, None]}")
+            .await;
     assert_eq!(o.error, None);
     assert_eq!(o.stdout, "out\n");
     assert_eq!(o.stderr, "err\n");
@@ -29,9 +31,23 @@ async fn errors_carry_type_message_and_the_scripts_own_line_numbers() {
     let e = o.error.expect("an error");
     assert_eq!(e.kind, "KeyError");
     assert_eq!(e.message, "'missing'");
-    assert!(e.traceback.contains("File \"<script>\", line 6, in <module>"), "{}", e.traceback);
-    assert!(e.traceback.contains("File \"<script>\", line 4, in f\n    return d['missing']"), "{}", e.traceback);
-    assert!(!e.traceback.contains("_pyodide"), "Pyodide's own frames must be hidden: {}", e.traceback);
+    assert!(
+        e.traceback
+            .contains("File \"<script>\", line 6, in <module>"),
+        "{}",
+        e.traceback
+    );
+    assert!(
+        e.traceback
+            .contains("File \"<script>\", line 4, in f\n    return d['missing']"),
+        "{}",
+        e.traceback
+    );
+    assert!(
+        !e.traceback.contains("_pyodide"),
+        "Pyodide's own frames must be hidden: {}",
+        e.traceback
+    );
     assert_eq!(o.exit_code, 1);
 }
 
@@ -51,13 +67,24 @@ async fn top_level_await_works() {
 
 // ---- limits ---------------------------------------------------------------------------------
 
-async fn assert_stopped_in_time(code: &str, timeout_s: f64, kind: &str) -> mcp_code_mode::engine::Outcome {
+async fn assert_stopped_in_time(
+    code: &str,
+    timeout_s: f64,
+    kind: &str,
+) -> mcp_code_mode::engine::Outcome {
     let started = Instant::now();
     let o = execute_with(SandboxConfig::new(limits(timeout_s)), code).await;
     let took = started.elapsed().as_secs_f64();
-    let e = o.error.clone().unwrap_or_else(|| panic!("{code:?} should fail, got {o:?}"));
+    let e = o
+        .error
+        .clone()
+        .unwrap_or_else(|| panic!("{code:?} should fail, got {o:?}"));
     assert_eq!(e.kind, kind, "{e:?}");
-    assert!(o.duration_ms <= (timeout_s + 0.5) * 1000.0, "took {} ms", o.duration_ms);
+    assert!(
+        o.duration_ms <= (timeout_s + 0.5) * 1000.0,
+        "took {} ms",
+        o.duration_ms
+    );
     // Boot is outside the limit; the whole call must still not hang.
     assert!(took < timeout_s + 20.0, "took {took} s in all");
     o
@@ -78,7 +105,12 @@ async fn an_asyncio_busy_loop_is_stopped_by_the_timeout() {
 
 #[tokio::test]
 async fn a_sleeping_script_is_stopped_by_the_timeout() {
-    assert_stopped_in_time("import asyncio\nawait asyncio.sleep(3600)", 1.0, "TimeoutError").await;
+    assert_stopped_in_time(
+        "import asyncio\nawait asyncio.sleep(3600)",
+        1.0,
+        "TimeoutError",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -88,25 +120,45 @@ async fn deep_recursion_is_a_recursion_error() {
 
 #[tokio::test]
 async fn a_memory_bomb_is_a_memory_error_under_the_cap() {
-    let o = assert_stopped_in_time("blocks = []\nwhile True: blocks.append(bytearray(10**7))", 20.0, "MemoryError").await;
+    let o = assert_stopped_in_time(
+        "blocks = []\nwhile True: blocks.append(bytearray(10**7))",
+        20.0,
+        "MemoryError",
+    )
+    .await;
     assert!(o.duration_ms < 20_000.0);
     // One large allocation past the cap as well.
-    let small = Limits { memory_mb: 128, ..Limits::default() };
+    let small = Limits {
+        memory_mb: 128,
+        ..Limits::default()
+    };
     let o = execute_with(SandboxConfig::new(small), "x = bytearray(200 * 2**20)").await;
     assert_eq!(o.error.map(|e| e.kind).as_deref(), Some("MemoryError"));
 }
 
 #[tokio::test]
 async fn a_print_flood_is_truncated_with_a_notice_saying_how_much_was_dropped() {
-    let config = SandboxConfig::new(Limits { max_output: 1000, ..limits(1.0) });
+    let config = SandboxConfig::new(Limits {
+        max_output: 1000,
+        ..limits(1.0)
+    });
     let o = execute_with(config, "while True: print('x' * 99)").await;
     assert_eq!(o.error.map(|e| e.kind).as_deref(), Some("TimeoutError"));
     let (kept, notice) = o.stdout.split_at(1000);
     assert!(kept.chars().all(|c| c == 'x' || c == '\n'));
-    assert!(notice.starts_with("\n[mcp-code-mode: stdout truncated: "), "{notice}");
-    assert!(notice.contains("more bytes were dropped after the first 1000"), "{notice}");
+    assert!(
+        notice.starts_with("\n[mcp-code-mode: stdout truncated: "),
+        "{notice}"
+    );
+    assert!(
+        notice.contains("more bytes were dropped after the first 1000"),
+        "{notice}"
+    );
 
-    let config = SandboxConfig::new(Limits { max_output: 10, ..Limits::default() });
+    let config = SandboxConfig::new(Limits {
+        max_output: 10,
+        ..Limits::default()
+    });
     let o = execute_with(config, "print('a' * 25)").await;
     assert_eq!(o.stdout, "aaaaaaaaaa\n[mcp-code-mode: stdout truncated: 16 more bytes were dropped after the first 10 (--max-output)]\n");
 }
@@ -121,8 +173,13 @@ async fn the_process_stays_healthy_after_a_killed_sandbox() {
 
 #[tokio::test]
 async fn a_job_timeout_overrides_the_limit() {
-    let sandbox = Sandbox::new(SandboxConfig::new(Limits::default())).await.unwrap();
-    let job = Job { timeout: Some(Duration::from_millis(300)), ..Job::new("while True: pass") };
+    let sandbox = Sandbox::new(SandboxConfig::new(Limits::default()))
+        .await
+        .unwrap();
+    let job = Job {
+        timeout: Some(Duration::from_millis(300)),
+        ..Job::new("while True: pass")
+    };
     let o = sandbox.execute(job).await;
     assert_eq!(o.error.unwrap().kind, "TimeoutError");
     assert!(o.duration_ms < 800.0, "{}", o.duration_ms);
@@ -132,15 +189,24 @@ async fn a_job_timeout_overrides_the_limit() {
 
 async fn assert_fails(code: &str, needle: &str) {
     let o = execute(code).await;
-    let e = o.error.unwrap_or_else(|| panic!("{code:?} should fail, got result {:?}", o.result));
+    let e = o
+        .error
+        .unwrap_or_else(|| panic!("{code:?} should fail, got result {:?}", o.result));
     let text = format!("{}: {}", e.kind, e.message);
-    assert!(text.contains(needle), "{code:?}: expected {needle:?} in {text:?}");
+    assert!(
+        text.contains(needle),
+        "{code:?}: expected {needle:?} in {text:?}"
+    );
 }
 
 #[tokio::test]
 async fn host_files_are_not_readable() {
     assert_fails("open('/etc/hostname').read()", "FileNotFoundError").await;
-    assert_fails("import js\njs.readbuffer('/etc/hostname')", "AttributeError").await;
+    assert_fails(
+        "import js\njs.readbuffer('/etc/hostname')",
+        "AttributeError",
+    )
+    .await;
     assert_fails(
         "import pyodide_js\nawait pyodide_js._api.loadBinaryFile('/etc/hostname')",
         "only Pyodide's pinned boot files",
@@ -156,15 +222,27 @@ async fn host_files_are_not_readable() {
 
 #[tokio::test]
 async fn code_generation_from_strings_is_off() {
-    assert_fails("import pyodide_js\npyodide_js.runPython.constructor('return 1')()", "EvalError").await;
+    assert_fails(
+        "import pyodide_js\npyodide_js.runPython.constructor('return 1')()",
+        "EvalError",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn there_is_no_network_and_it_fails_fast() {
     let started = Instant::now();
-    assert_fails("import urllib.request\nurllib.request.urlopen('http://127.0.0.1:9/', timeout=5)", "network access is disabled").await;
+    assert_fails(
+        "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:9/', timeout=5)",
+        "network access is disabled",
+    )
+    .await;
     assert!(started.elapsed() < Duration::from_secs(15));
-    assert_fails("import socket\nsocket.create_connection(('127.0.0.1', 9))", "network access is disabled").await;
+    assert_fails(
+        "import socket\nsocket.create_connection(('127.0.0.1', 9))",
+        "network access is disabled",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -172,7 +250,10 @@ async fn host_environment_variables_are_not_visible() {
     std::env::set_var("MCP_CODE_MODE_TEST_SECRET", "hunter2");
     let o = execute("import os\nsorted(os.environ.items())").await;
     let text = o.result.to_string();
-    assert!(!text.contains("hunter2") && !text.contains("MCP_CODE_MODE_TEST_SECRET"), "{text}");
+    assert!(
+        !text.contains("hunter2") && !text.contains("MCP_CODE_MODE_TEST_SECRET"),
+        "{text}"
+    );
     let host_path = std::env::var("PATH").unwrap_or_default();
     assert!(!text.contains(&host_path), "the host's PATH leaked: {text}");
 }
@@ -191,7 +272,11 @@ async fn seeded(seed: Option<u64>) -> String {
 
 #[tokio::test]
 async fn a_seed_gives_identical_bytes_and_no_seed_gives_fresh_entropy() {
-    let (a, b, c) = (seeded(Some(42)).await, seeded(Some(42)).await, seeded(Some(43)).await);
+    let (a, b, c) = (
+        seeded(Some(42)).await,
+        seeded(Some(42)).await,
+        seeded(Some(43)).await,
+    );
     assert_eq!(a, b);
     assert_ne!(a, c);
     let (d, e) = (seeded(None).await, seeded(None).await);
@@ -217,20 +302,33 @@ impl ToolHost for EchoHost {
             server: "test".into(),
             description: "in-memory test server".into(),
             tools: vec![
-                spec("echo", json!({"type": "object", "properties": {"x": {"type": "integer"}}})),
-                spec("get-sum", json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]})),
+                spec(
+                    "echo",
+                    json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+                ),
+                spec(
+                    "get-sum",
+                    json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+                ),
                 spec("fail", json!({"type": "object"})),
             ],
         }]
     }
 
-    fn call(&self, _server: &str, tool: &str, args: Map<String, Value>) -> BoxFuture<'static, Result<Value, ToolCallError>> {
+    fn call(
+        &self,
+        _server: &str,
+        tool: &str,
+        args: Map<String, Value>,
+    ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
         let tool = tool.to_owned();
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
             match tool.as_str() {
                 "echo" => Ok(Value::Object(args)),
-                "get-sum" => Ok(json!(args["a"].as_f64().unwrap() + args["b"].as_f64().unwrap())),
+                "get-sum" => Ok(json!(
+                    args["a"].as_f64().unwrap() + args["b"].as_f64().unwrap()
+                )),
                 _ => Err(ToolCallError("it broke".into())),
             }
         })
@@ -249,7 +347,10 @@ async fn an_async_rust_call_works_plainly_and_awaited() {
     assert_eq!(o.error, None, "{}", o.stderr);
     assert_eq!(o.result, json!([{"x": 1}, {"x": 2}]));
     assert_eq!(o.tool_calls.len(), 2);
-    assert!(o.tool_calls.iter().all(|c| c.ok && c.server == "test" && c.tool == "echo" && c.ms >= 15.0));
+    assert!(o
+        .tool_calls
+        .iter()
+        .all(|c| c.ok && c.server == "test" && c.tool == "echo" && c.ms >= 15.0));
 }
 
 #[tokio::test]
@@ -271,8 +372,14 @@ try:\n    tools.test.fail()\nexcept ToolError as e:\n    err = (e.server, e.tool
 [s, err, tools.test.get_sum.mcp_name]";
     let o = with_tools(code).await;
     assert_eq!(o.error, None, "{:?}", o.error);
-    assert_eq!(o.result, json!([5.0, ["test", "fail", "it broke"], "get-sum"]));
-    assert_eq!(o.tool_calls.iter().map(|c| c.ok).collect::<Vec<_>>(), vec![true, false]);
+    assert_eq!(
+        o.result,
+        json!([5.0, ["test", "fail", "it broke"], "get-sum"])
+    );
+    assert_eq!(
+        o.tool_calls.iter().map(|c| c.ok).collect::<Vec<_>>(),
+        vec![true, false]
+    );
 }
 
 #[tokio::test]
@@ -282,7 +389,79 @@ async fn unknown_tools_suggest_close_names_and_signatures_come_from_the_schema()
     assert_eq!(e.kind, "AttributeError");
     assert!(e.message.contains("Did you mean: echo"), "{}", e.message);
     let o = with_tools("help(tools.test.get_sum)").await;
-    assert!(o.stdout.contains("get_sum(*, a: float, b: float, **kwargs)"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("get_sum(*, a: float, b: float, **kwargs)"),
+        "{}",
+        o.stdout
+    );
     let o = with_tools("tools.test.get_sum(a=1)").await;
-    assert!(o.error.unwrap().message.contains("missing a required argument: 'b'"));
+    assert!(o
+        .error
+        .unwrap()
+        .message
+        .contains("missing a required argument: 'b'"));
+}
+
+// ---- snapshot and pool ----------------------------------------------------------------------
+
+#[tokio::test]
+async fn booting_without_the_snapshot_gives_the_same_python() {
+    let script = "import json, sys\nprint(json.dumps({'v': sys.version_info[:2]}))\n6 * 7";
+    let mut fresh = SandboxConfig::new(Limits::default());
+    fresh.snapshot = None;
+    let a = execute_with(fresh, script).await;
+    let b = execute(script).await;
+    assert!(
+        mcp_code_mode::assets::SNAPSHOT.is_some(),
+        "the build embeds a snapshot"
+    );
+    assert_eq!(
+        (a.stdout, a.result, a.error),
+        (b.stdout.clone(), b.result, b.error)
+    );
+    assert_eq!(b.stdout, "{\"v\": [3, 14]}\n");
+}
+
+#[tokio::test]
+async fn pooled_sandboxes_share_no_state() {
+    let pool =
+        mcp_code_mode::engine::Pool::new(Limits::default(), mcp_code_mode::assets::SNAPSHOT, 2);
+    assert!(
+        pool.wait_ready(2, Duration::from_secs(60)).await,
+        "the pool fills"
+    );
+    let tools: Arc<dyn ToolHost> = Arc::new(EchoHost);
+    let first = pool
+        .take(tools.clone())
+        .await
+        .unwrap()
+        .execute(Job::new("import random\nleak = 1\nrandom.random()"))
+        .await;
+    let second = pool
+        .take(tools.clone())
+        .await
+        .unwrap()
+        .execute(Job::new(
+            "import random\n(random.random(), 'leak' in globals())",
+        ))
+        .await;
+    assert_eq!(first.error, None);
+    assert_ne!(
+        second.result[0], first.result,
+        "each sandbox draws its own random state"
+    );
+    assert_eq!(second.result[1], json!(false));
+    // A pooled sandbox takes the tool host it is handed, not the one it booted with.
+    let third = pool
+        .take(tools)
+        .await
+        .unwrap()
+        .execute(Job::new("tools.test.echo(x=5)"))
+        .await;
+    assert_eq!(third.result, json!({"x": 5}));
+    assert!(
+        pool.wait_ready(2, Duration::from_secs(60)).await,
+        "the pool refills"
+    );
 }

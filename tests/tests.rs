@@ -2,4 +2,6 @@
 
 mod cli;
 mod engine;
+mod hub;
+mod server;
 mod util;

@@ -20,12 +20,20 @@ pub async fn execute_with(config: SandboxConfig, code: &str) -> Outcome {
 }
 
 pub fn limits(timeout_s: f64) -> Limits {
-    Limits { timeout: Duration::from_secs_f64(timeout_s), ..Limits::default() }
+    Limits {
+        timeout: Duration::from_secs_f64(timeout_s),
+        ..Limits::default()
+    }
 }
 
 /// Runs the CLI with `args`, feeding `stdin`, from `cwd` (default: this crate).
 pub fn cli(args: &[&str], stdin: &str) -> Output {
-    cli_in(BIN, std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args, stdin)
+    cli_in(
+        BIN,
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        args,
+        stdin,
+    )
 }
 
 pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> Output {
@@ -37,7 +45,12 @@ pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> O
         .stderr(Stdio::piped())
         .spawn()
         .expect("the binary starts");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().expect("the binary ends")
 }
 
@@ -46,5 +59,6 @@ pub fn text(bytes: &[u8]) -> String {
 }
 
 pub fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out.stdout)))
 }

@@ -6,12 +6,14 @@
 //!   output   `op_output_write`                            js/main_deno.js
 //!   sandbox  `op_sandbox_settings|ready|next_job|report`  js/main_deno.js
 //!   tools    `op_tools_catalog`, `op_tools_call`          js/main_deno.js -> codemode.py
+//!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
 //!
 //! **Invariant:** every op validates its own arguments. Python reaches all of JS (and so every op)
 //! whatever we hide, so an op never trusts its caller: asset reads serve only the pinned files.
 //! Ops are thin: they take what they need from `OpState` and call plain Rust.
 
 pub mod output;
+pub mod signature;
 pub mod tools;
 
 use deno_core::{op2, OpState};
@@ -43,6 +45,12 @@ pub struct Lifecycle {
     pub outcome: Option<oneshot::Sender<String>>,
 }
 
+/// The memory snapshot to restore, or where to send the one made (build time).
+pub struct SnapshotIo {
+    pub restore: Option<&'static [u8]>,
+    pub made: Option<oneshot::Sender<Vec<u8>>>,
+}
+
 deno_core::extension!(
     codemode_bridge,
     ops = [
@@ -58,6 +66,8 @@ deno_core::extension!(
         op_sandbox_report,
         op_tools_catalog,
         op_tools_call,
+        op_snapshot_read,
+        op_snapshot_save,
     ],
 );
 
@@ -86,7 +96,9 @@ fn op_assets_text(#[string] path: &str) -> Result<String, JsErrorBox> {
 fn op_entropy_fill(state: &mut OpState, #[buffer] buf: &mut [u8]) -> Result<(), JsErrorBox> {
     if buf.len() > 65536 {
         // Web Crypto's own limit; Emscripten asks in small chunks.
-        return Err(JsErrorBox::range_error("getRandomValues: at most 65536 bytes at a time"));
+        return Err(JsErrorBox::range_error(
+            "getRandomValues: at most 65536 bytes at a time",
+        ));
     }
     state.borrow_mut::<Entropy>().0.fill_bytes(buf);
     Ok(())
@@ -196,8 +208,7 @@ fn op_sandbox_report(state: &mut OpState, #[string] outcome_json: &str) {
 #[op2]
 #[string]
 fn op_tools_catalog(state: &mut OpState) -> String {
-    serde_json::to_string(&state.borrow::<ToolBridge>().host.catalog())
-        .unwrap_or_else(|_| "[]".into())
+    signature::python_view(&state.borrow::<ToolBridge>().host().catalog()).to_string()
 }
 
 #[op2]
@@ -210,4 +221,20 @@ async fn op_tools_call(
 ) -> String {
     let bridge = state.borrow().borrow::<ToolBridge>().clone();
     bridge.call_envelope(server, tool, &arguments_json).await
+}
+
+#[op2]
+#[buffer]
+fn op_snapshot_read(state: &mut OpState) -> Result<Vec<u8>, JsErrorBox> {
+    let snapshot = state.borrow::<SnapshotIo>().restore;
+    snapshot
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| JsErrorBox::generic("this sandbox has no snapshot to restore"))
+}
+
+#[op2(fast)]
+fn op_snapshot_save(state: &mut OpState, #[buffer] bytes: &[u8]) {
+    if let Some(tx) = state.borrow_mut::<SnapshotIo>().made.take() {
+        let _ = tx.send(bytes.to_vec());
+    }
 }

@@ -80,10 +80,11 @@ pub struct ToolCallRecord {
     pub ok: bool,
 }
 
-/// The bridge's per-sandbox tool state: the host and the log of calls made.
+/// The bridge's per-sandbox tool state: the host (swappable until the job starts, so a pre-booted
+/// sandbox serves whoever takes it) and the log of calls made.
 #[derive(Clone)]
 pub struct ToolBridge {
-    pub host: Arc<dyn ToolHost>,
+    host: Arc<std::sync::RwLock<Arc<dyn ToolHost>>>,
     pub calls: Arc<std::sync::Mutex<Vec<ToolCallRecord>>>,
     pub max_calls: usize,
 }
@@ -91,10 +92,18 @@ pub struct ToolBridge {
 impl ToolBridge {
     pub fn new(host: Arc<dyn ToolHost>) -> Self {
         Self {
-            host,
+            host: Arc::new(std::sync::RwLock::new(host)),
             calls: Default::default(),
             max_calls: 1000,
         }
+    }
+
+    pub fn host(&self) -> Arc<dyn ToolHost> {
+        self.host.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set_host(&self, host: Arc<dyn ToolHost>) {
+        *self.host.write().unwrap_or_else(|p| p.into_inner()) = host;
     }
 
     /// Makes one call and returns the JSON envelope Python unwraps:
@@ -145,7 +154,7 @@ impl ToolBridge {
             }
             Err(e) => return Err(ToolCallError(format!("arguments are not valid JSON: {e}"))),
         };
-        self.host.call(server, tool, arguments).await
+        self.host().call(server, tool, arguments).await
     }
 }
 

@@ -3,13 +3,12 @@
 
 use super::{EngineError, Fate, Sandbox, SandboxConfig};
 use crate::assets;
-use crate::bridge::{self, Clock, Entropy, Lifecycle, SharedOutput, ToolBridge};
+use crate::bridge::{self, Clock, Entropy, Lifecycle, SharedOutput, SnapshotIo, ToolBridge};
 use deno_core::{
     v8, JsRuntime, ModuleLoadResponse, ModuleLoader, ModuleSource, ModuleSourceCode,
     ModuleSpecifier, ModuleType, ResolutionKind, RuntimeOptions,
 };
 use rand_chacha::ChaCha20Rng;
-use rand_core::SeedableRng;
 use std::rc::Rc;
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
@@ -31,12 +30,17 @@ fn init_v8() {
     });
 }
 
-pub(super) async fn spawn(config: SandboxConfig) -> Result<Sandbox, EngineError> {
+/// Starts a sandbox thread and waits until Pyodide is ready. With `make_snapshot`, the thread
+/// instead sends a memory snapshot of the booted Pyodide and ends.
+pub(super) async fn spawn(
+    config: SandboxConfig,
+    make_snapshot: Option<oneshot::Sender<Vec<u8>>>,
+) -> Result<Sandbox, EngineError> {
     init_v8();
     let limits = config.limits;
     let output = SharedOutput::new(limits.max_output, config.live_output);
     let tools = ToolBridge::new(config.tools);
-    let calls = tools.calls.clone();
+    let bridge = tools.clone();
     let fate = Arc::new(Fate::default());
     let (ready_tx, ready_rx) = oneshot::channel();
     let (job_tx, job_rx) = oneshot::channel();
@@ -44,28 +48,13 @@ pub(super) async fn spawn(config: SandboxConfig) -> Result<Sandbox, EngineError>
     let (stop_tx, stop_rx) = oneshot::channel();
     let (handle_tx, handle_rx) = oneshot::channel();
 
-    let entropy = match config.seed {
-        Some(seed) => ChaCha20Rng::seed_from_u64(seed),
-        None => {
-            let mut seed = [0u8; 32];
-            getrandom::fill(&mut seed)
-                .map_err(|e| EngineError::Boot(format!("no OS entropy: {e}")))?;
-            ChaCha20Rng::from_seed(seed)
-        }
-    };
-    let mut env = serde_json::Map::new();
-    if let Some(seed) = config.seed {
-        // Python's hash seed must be in 0..=4294967295.
-        env.insert(
-            "PYTHONHASHSEED".into(),
-            (seed % 4_294_967_296).to_string().into(),
-        );
-    }
-    let settings_json = serde_json::json!({
-        "env": env,
-        "memoryBytes": limits.memory_mb.saturating_mul(1 << 20),
-        "preludeSource": assets::js_file("codemode.py").expect("codemode.py is embedded"),
-    })
+    let entropy = super::entropy_source(config.seed)?;
+    let settings_json = super::boot_settings(
+        &limits,
+        config.seed,
+        config.snapshot.is_some(),
+        make_snapshot.is_some(),
+    )
     .to_string();
     let lifecycle = Lifecycle {
         settings_json,
@@ -74,6 +63,7 @@ pub(super) async fn spawn(config: SandboxConfig) -> Result<Sandbox, EngineError>
         outcome: Some(outcome_tx),
     };
 
+    let snapshot = config.snapshot;
     let thread_output = output.clone();
     let thread_fate = fate.clone();
     let heap_bytes = (limits.memory_mb.max(64) as usize) << 20;
@@ -81,6 +71,10 @@ pub(super) async fn spawn(config: SandboxConfig) -> Result<Sandbox, EngineError>
         .name("sandbox".into())
         .spawn(move || {
             let state = SandboxState {
+                snapshot: SnapshotIo {
+                    restore: snapshot,
+                    made: make_snapshot,
+                },
                 lifecycle,
                 output: thread_output,
                 tools,
@@ -105,7 +99,7 @@ pub(super) async fn spawn(config: SandboxConfig) -> Result<Sandbox, EngineError>
         isolate,
         stop_tx: Some(stop_tx),
         output,
-        calls,
+        tools: bridge,
         fate: fate.clone(),
     };
     match tokio::time::timeout(BOOT_TIMEOUT, ready_rx).await {
@@ -131,6 +125,7 @@ fn exit_reason(fate: &Fate, fallback: &str) -> String {
 }
 
 struct SandboxState {
+    snapshot: SnapshotIo,
     lifecycle: Lifecycle,
     output: SharedOutput,
     tools: ToolBridge,
@@ -160,6 +155,7 @@ fn run_thread(
         let op_state = js.op_state();
         let mut op_state = op_state.borrow_mut();
         op_state.put(state.lifecycle);
+        op_state.put(state.snapshot);
         op_state.put(state.output);
         op_state.put(state.tools);
         op_state.put(Entropy(state.entropy));

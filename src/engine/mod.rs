@@ -9,9 +9,12 @@
 //! **Invariant:** a limit breach (timeout, V8 heap) ends the isolate; it is never reused.
 
 mod isolate;
+pub mod pool;
+
+pub use pool::Pool;
 
 use crate::bridge::output::LiveOutput;
-use crate::bridge::{SharedOutput, ToolCallRecord, ToolHost};
+use crate::bridge::{SharedOutput, ToolBridge, ToolCallRecord, ToolHost};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +51,9 @@ pub struct SandboxConfig {
     pub tools: Arc<dyn ToolHost>,
     /// Called with output as it is printed (after the cap is applied).
     pub live_output: Option<LiveOutput>,
+    /// Restore this Pyodide memory snapshot instead of booting (the embedded one by default;
+    /// None boots from scratch, for comparison and debugging).
+    pub snapshot: Option<&'static [u8]>,
 }
 
 impl SandboxConfig {
@@ -57,8 +63,67 @@ impl SandboxConfig {
             seed: None,
             tools: Arc::new(crate::bridge::NoTools),
             live_output: None,
+            snapshot: crate::assets::SNAPSHOT,
         }
     }
+}
+
+/// The seed a snapshot is made with: its hash seed and `random` state are then the same in every
+/// build. A restored sandbox reseeds `random`; the hash seed stays (see README).
+pub const SNAPSHOT_SEED: u64 = 0;
+
+/// Boots Pyodide once, imports the modules scripts use most, and returns a memory snapshot that
+/// later sandboxes restore instead of booting (build.rs embeds it).
+pub async fn make_snapshot() -> Result<Vec<u8>, EngineError> {
+    let mut config = SandboxConfig::new(Limits {
+        memory_mb: 1024,
+        ..Limits::default()
+    });
+    config.seed = Some(SNAPSHOT_SEED);
+    config.snapshot = None;
+    let (tx, rx) = oneshot::channel();
+    let _sandbox = isolate::spawn(config, Some(tx)).await?;
+    rx.await
+        .map_err(|_| EngineError::Boot("the sandbox ended without making a snapshot".into()))
+}
+
+/// The sandbox's randomness: ChaCha20 seeded from `seed`, else from the OS. Every host that must
+/// match the V8 host byte for byte (the browser-parity host) draws from this same stream.
+pub fn entropy_source(seed: Option<u64>) -> Result<rand_chacha::ChaCha20Rng, EngineError> {
+    use rand_core::SeedableRng;
+    Ok(match seed {
+        Some(seed) => rand_chacha::ChaCha20Rng::seed_from_u64(seed),
+        None => {
+            let mut bytes = [0u8; 32];
+            getrandom::fill(&mut bytes)
+                .map_err(|e| EngineError::Boot(format!("no OS entropy: {e}")))?;
+            rand_chacha::ChaCha20Rng::from_seed(bytes)
+        }
+    })
+}
+
+/// The settings js/runner.js boots with, decided once for every host.
+pub fn boot_settings(
+    limits: &Limits,
+    seed: Option<u64>,
+    restore: bool,
+    make_snapshot: bool,
+) -> Value {
+    let mut env = serde_json::Map::new();
+    if let Some(seed) = seed {
+        // Python's hash seed must be in 0..=4294967295. A restored snapshot keeps its own.
+        env.insert(
+            "PYTHONHASHSEED".into(),
+            (seed % 4_294_967_296).to_string().into(),
+        );
+    }
+    serde_json::json!({
+        "env": env,
+        "memoryBytes": limits.memory_mb.saturating_mul(1 << 20),
+        "preludeSource": crate::assets::js_file("codemode.py").unwrap_or_default(),
+        "restoreSnapshot": restore,
+        "makeSnapshot": make_snapshot,
+    })
 }
 
 /// One script to run.
@@ -149,7 +214,10 @@ impl Fate {
         if !self.done.load(Ordering::SeqCst) {
             let _ = tokio::time::timeout(Duration::from_secs(2), notified).await;
         }
-        self.exit_reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.exit_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -160,14 +228,19 @@ pub struct Sandbox {
     isolate: deno_core::v8::IsolateHandle,
     stop_tx: Option<oneshot::Sender<()>>,
     output: SharedOutput,
-    calls: Arc<Mutex<Vec<ToolCallRecord>>>,
+    tools: ToolBridge,
     fate: Arc<Fate>,
 }
 
 impl Sandbox {
     /// Starts a sandbox thread and waits until Pyodide is ready for a job.
     pub async fn new(config: SandboxConfig) -> Result<Sandbox, EngineError> {
-        isolate::spawn(config).await
+        isolate::spawn(config, None).await
+    }
+
+    /// Hands the script this tool host instead of the one the sandbox was created with.
+    pub fn set_tools(&self, tools: Arc<dyn ToolHost>) {
+        self.tools.set_host(tools);
     }
 
     /// Runs one script. Never fails: every problem, ours or the script's, becomes the outcome's
@@ -207,7 +280,8 @@ impl Sandbox {
         };
         self.stop();
         let captured = self.output.captured();
-        let tool_calls = std::mem::take(&mut *self.calls.lock().unwrap_or_else(|p| p.into_inner()));
+        let tool_calls =
+            std::mem::take(&mut *self.tools.calls.lock().unwrap_or_else(|p| p.into_inner()));
         let (result, error, exit_code) = match report {
             Ok(r) => {
                 let code = if r.error.is_some() && r.exit_code == 0 {

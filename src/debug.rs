@@ -1,0 +1,171 @@
+//! `mcp-code-mode debug` — starts our own server as a child over stdio, drives it as an MCP client
+//! would, and prints a readable transcript. Part of the cli layer: it talks to the server only
+//! through MCP, exactly as Claude Desktop or Cursor would.
+
+use anyhow::{bail, Context};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Instant;
+
+/// The sample task when a filesystem server is configured: list its first allowed directory,
+/// read the text files there, and summarise them — one script instead of many tool calls.
+const FILESYSTEM_TASK: &str = r#"
+fs = tools.filesystem
+allowed = fs.list_allowed_directories()
+text = allowed.get("content", "") if isinstance(allowed, dict) else str(allowed)
+root = [line.strip() for line in text.splitlines() if line.strip().startswith("/")][0]
+listing = fs.list_directory(path=root)
+entries = listing["content"] if isinstance(listing, dict) else listing
+files = [line[7:] for line in str(entries).splitlines() if line.startswith("[FILE] ")]
+sizes = {}
+for name in files[:5]:
+    body = fs.read_text_file(path=f"{root}/{name}")
+    sizes[name] = len(body["content"] if isinstance(body, dict) else body)
+print(f"{root}: {len(files)} files; read {len(sizes)}")
+{"directory": root, "files": len(files), "chars_read": sizes}
+"#;
+
+const PLAIN_TASK: &str = r#"
+import json, statistics
+data = [3, 1, 4, 1, 5, 9, 2, 6]
+print("no filesystem server configured; plain Python instead")
+{"mean": statistics.mean(data), "sorted": sorted(data)}
+"#;
+
+pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    let mut command = tokio::process::Command::new(exe);
+    command.arg("serve");
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    println!(
+        "» starting {} serve{}",
+        command.as_std().get_program().to_string_lossy(),
+        match config {
+            Some(c) => format!(" --config {}", c.display()),
+            None => String::new(),
+        }
+    );
+    let started = Instant::now();
+    let transport = TokioChildProcess::new(command).context("cannot start the server")?;
+    let client = ().serve(transport).await.context("the MCP handshake failed")?;
+    if let Some(server) = client.peer_info().and_then(|info| info.server_info.clone()) {
+        println!(
+            "  connected in {} ms: {} {}",
+            started.elapsed().as_millis(),
+            server.name,
+            server.version
+        );
+    }
+
+    let tools = client.list_all_tools().await.context("tools/list failed")?;
+    println!("\n» tools/list: {} tools", tools.len());
+    for tool in &tools {
+        let first = tool
+            .description
+            .as_deref()
+            .unwrap_or("")
+            .lines()
+            .next()
+            .unwrap_or("");
+        println!("  - {}: {first}", tool.name);
+    }
+    let description = tools
+        .iter()
+        .find(|t| t.name == "execute_code")
+        .and_then(|t| t.description.clone())
+        .context("the server offers no execute_code tool")?;
+    let has_filesystem = description.contains("\n- filesystem (");
+
+    let listing = call(&client, "list_tools", json!({})).await?;
+    println!("\n» list_tools\n{}", indent(&text_of(&listing)));
+
+    let task = if has_filesystem {
+        FILESYSTEM_TASK
+    } else {
+        PLAIN_TASK
+    };
+    println!("\n» execute_code\n{}", indent(task.trim()));
+    let started = Instant::now();
+    let result = call(&client, "execute_code", json!({ "code": task })).await?;
+    let report = result.structured_content.clone().unwrap_or(Value::Null);
+    println!("  ← {} ms", started.elapsed().as_millis());
+    for key in ["stdout", "stderr"] {
+        if let Some(text) = report
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            println!("  {key}:\n{}", indent(text.trim_end()));
+        }
+    }
+    println!("  result: {}", report.get("result").unwrap_or(&Value::Null));
+    if let Some(calls) = report.get("tool_calls").and_then(Value::as_array) {
+        for c in calls {
+            println!(
+                "  tool call: {}.{} {} ms {}",
+                c["server"].as_str().unwrap_or("?"),
+                c["tool"].as_str().unwrap_or("?"),
+                c["ms"],
+                if c["ok"] == json!(true) {
+                    "ok"
+                } else {
+                    "FAILED"
+                }
+            );
+        }
+    }
+    let ok = result.is_error != Some(true);
+    if let Some(error) = report.get("error").filter(|e| !e.is_null()) {
+        println!(
+            "  error: {} {}\n{}",
+            error["type"],
+            error["message"],
+            indent(error["traceback"].as_str().unwrap_or(""))
+        );
+    }
+    client.cancel().await.ok();
+    println!(
+        "\n{}",
+        if ok {
+            "✓ the server works end to end"
+        } else {
+            "✗ execute_code reported an error (see above)"
+        }
+    );
+    Ok(ok)
+}
+
+async fn call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    name: &'static str,
+    args: Value,
+) -> anyhow::Result<CallToolResult> {
+    let Value::Object(args) = args else {
+        bail!("arguments must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(name).with_arguments(args))
+        .await
+        .with_context(|| format!("tools/call {name} failed"))
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

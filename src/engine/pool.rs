@@ -1,0 +1,118 @@
+//! A warm pool: sandboxes booted ahead of demand, each handed out once and then discarded.
+//!
+//! A layer around `Sandbox`, which it uses unchanged. Refilling runs in the background, one boot
+//! at a time, so a burst of requests is never slowed by several boots fighting for the cores.
+
+use super::{EngineError, Limits, Sandbox, SandboxConfig};
+use crate::bridge::{NoTools, ToolHost};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+pub struct Pool {
+    limits: Limits,
+    snapshot: Option<&'static [u8]>,
+    size: usize,
+    ready: Mutex<VecDeque<Sandbox>>,
+    wanted: Arc<Notify>,
+}
+
+impl Pool {
+    /// A pool keeping `size` sandboxes ready (0: boot each one on demand). Call from a tokio runtime.
+    pub fn new(limits: Limits, snapshot: Option<&'static [u8]>, size: usize) -> Arc<Pool> {
+        let pool = Arc::new(Pool {
+            limits,
+            snapshot,
+            size,
+            ready: Mutex::new(VecDeque::new()),
+            wanted: Arc::new(Notify::new()),
+        });
+        if size > 0 {
+            tokio::spawn(refill(Arc::downgrade(&pool)));
+        }
+        pool
+    }
+
+    fn config(&self) -> SandboxConfig {
+        SandboxConfig {
+            snapshot: self.snapshot,
+            ..SandboxConfig::new(self.limits)
+        }
+    }
+
+    pub fn ready_count(&self) -> usize {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// A ready sandbox serving `tools`, booted now if none is waiting.
+    pub async fn take(&self, tools: Arc<dyn ToolHost>) -> Result<Sandbox, EngineError> {
+        let pooled = self
+            .ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front();
+        self.wanted.notify_one();
+        let sandbox = match pooled {
+            Some(sandbox) => sandbox,
+            None => Sandbox::new(self.config()).await?,
+        };
+        sandbox.set_tools(tools);
+        Ok(sandbox)
+    }
+
+    /// Waits until `n` sandboxes are ready (benchmarks and tests), or the timeout passes.
+    pub async fn wait_ready(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.ready_count() < n.min(self.size) {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.wanted.notify_one();
+    }
+}
+
+async fn refill(pool: std::sync::Weak<Pool>) {
+    let mut failures = 0u32;
+    loop {
+        let Some(strong) = pool.upgrade() else { return };
+        if strong.ready_count() >= strong.size {
+            let wanted = strong.wanted.clone();
+            drop(strong); // the pool may be dropped while we wait: Drop wakes us to notice
+            wanted.notified().await;
+            continue;
+        }
+        let config = SandboxConfig {
+            tools: Arc::new(NoTools),
+            ..strong.config()
+        };
+        drop(strong);
+        match Sandbox::new(config).await {
+            Ok(sandbox) => {
+                failures = 0;
+                match pool.upgrade() {
+                    Some(strong) => strong
+                        .ready
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_back(sandbox),
+                    None => return,
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                let wait = Duration::from_millis(250 << failures.min(7));
+                tracing::error!("could not boot a pooled sandbox ({e}); retrying in {wait:?}");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! hub — the MCP clients of the configured downstream servers, seen by the sandboxes as one
+//! [`ToolHost`].
+//!
+//! `Hub::start` launches every enabled server concurrently (each as a child process in its own
+//! process group) and waits for their first start attempts; a server that fails is reported and
+//! retried with backoff, never blocking the others. A crashed server is restarted the same way.
+//! The catalogue (running servers and their tools) has a version counter others can watch.
+//!
+//! **Invariant:** calls run on the hub's runtime, whatever thread polls the future returned by
+//! [`ToolHost::call`]; dropping that future aborts the call, which sends `notifications/cancelled`
+//! downstream.
+
+mod server;
+pub mod shape;
+
+use crate::bridge::{ServerCatalog, ToolCallError, ToolHost};
+use crate::config::Config;
+use futures::future::BoxFuture;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::ServiceError;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use server::{lock, retry_text, seconds, Live, Phase, Shared, Slot};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use shape::shape_result;
+
+/// The downstream servers and their clients.
+pub struct Hub {
+    config_path: Option<PathBuf>,
+    slots: Vec<Arc<Slot>>,
+    shared: Arc<Shared>,
+    runtime: tokio::runtime::Handle,
+    supervisors: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// One configured server, for discovery tools and the startup message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerStatus {
+    pub name: String,
+    pub description: String,
+    pub state: ServerState,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ServerState {
+    /// Its first start (or a restart) is underway.
+    Starting,
+    Running {
+        tools: usize,
+    },
+    /// Not running; `reason` says why and when it is retried.
+    Failed {
+        reason: String,
+    },
+    Disabled,
+}
+
+impl std::fmt::Display for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerState::Starting => write!(f, "starting"),
+            ServerState::Running { tools: 1 } => write!(f, "running, 1 tool"),
+            ServerState::Running { tools } => write!(f, "running, {tools} tools"),
+            ServerState::Failed { reason } => write!(f, "not running: {reason}"),
+            ServerState::Disabled => write!(f, "disabled"),
+        }
+    }
+}
+
+impl Hub {
+    /// Starts every enabled server of `config` (none when `config` is `None`) and returns once
+    /// each has finished its first start attempt, successful or not (at most ~30 s, the init
+    /// timeout). Must be called inside a Tokio runtime, which then runs the hub's tasks.
+    pub async fn start(config: Option<&Config>) -> Arc<Hub> {
+        let shared = Arc::new(Shared::new());
+        let runtime = tokio::runtime::Handle::current();
+        let servers = config.map(|c| c.servers.as_slice()).unwrap_or_default();
+        let slots: Vec<Arc<Slot>> = servers
+            .iter()
+            .map(|s| Arc::new(Slot::new(s.clone())))
+            .collect();
+        let mut supervisors = Vec::new();
+        let mut first_attempts = Vec::new();
+        for slot in slots.iter().filter(|s| !s.config.disabled) {
+            let (first, first_done) = oneshot::channel();
+            supervisors.push(runtime.spawn(server::supervise(slot.clone(), shared.clone(), first)));
+            first_attempts.push(first_done);
+        }
+        // A closed channel means the supervisor ended (shutdown): as good as done.
+        futures::future::join_all(first_attempts).await;
+        Arc::new(Hub {
+            config_path: config.map(|c| c.path.clone()),
+            slots,
+            shared,
+            runtime,
+            supervisors: Mutex::new(supervisors),
+        })
+    }
+
+    /// The catalogue version: it changes whenever a server starts or stops or its tools change.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.shared.version.subscribe()
+    }
+
+    /// Every configured server, in config order, with its state now.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.slots
+            .iter()
+            .map(|slot| {
+                let state = match &*slot.phase.borrow() {
+                    Phase::Disabled => ServerState::Disabled,
+                    Phase::Starting { previous: None } => ServerState::Starting,
+                    // Restarting after a failure: the failure is what a user needs to see.
+                    Phase::Starting {
+                        previous: Some(reason),
+                    } => ServerState::Failed {
+                        reason: format!("{reason}; restarting now"),
+                    },
+                    Phase::Running(live) => ServerState::Running {
+                        tools: live.tools.len(),
+                    },
+                    Phase::Down { reason, retry_at } => ServerState::Failed {
+                        reason: format!("{reason}; {}", retry_text(*retry_at)),
+                    },
+                };
+                ServerStatus {
+                    name: slot.config.name.clone(),
+                    description: slot.config.description.clone(),
+                    state,
+                }
+            })
+            .collect()
+    }
+
+    /// One line per server, for the startup message on stderr.
+    pub fn summary(&self) -> String {
+        let mut lines = Vec::new();
+        match &self.config_path {
+            None => lines.push(
+                "no MCP servers configured (use --config or config/mcp_servers.json): plain Python"
+                    .to_owned(),
+            ),
+            Some(path) => {
+                lines.push(format!(
+                    "{} MCP server(s) from {}:",
+                    self.slots.len(),
+                    path.display()
+                ));
+                for status in self.status() {
+                    lines.push(format!("  {}: {}", status.name, status.state));
+                }
+            }
+        }
+        lines.join("\n")
+    }
+
+    /// The process id of a running server's child process (tests kill it to simulate a crash).
+    pub fn pid(&self, server: &str) -> Option<u32> {
+        let slot = self.slot(server)?;
+        let phase = slot.phase.borrow();
+        match &*phase {
+            Phase::Running(live) => live.pid,
+            _ => None,
+        }
+    }
+
+    /// Closes every client and kills every process group; when it returns, none of our children
+    /// is left running. Safe to call more than once.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+        let supervisors = std::mem::take(&mut *lock(&self.supervisors));
+        for supervisor in supervisors {
+            let _ = supervisor.await;
+        }
+        // Supervisors stop their processes; this waits for the watchers to reap them.
+        let reaped = async {
+            loop {
+                let changed = self.shared.groups_changed.notified();
+                if self.shared.live_groups().is_empty() {
+                    break;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(5), reaped)
+            .await
+            .is_err()
+        {
+            tracing::warn!("some MCP server processes did not exit in time: killing them");
+        }
+        self.shared.kill_all_groups();
+    }
+
+    fn slot(&self, server: &str) -> Option<&Arc<Slot>> {
+        self.slots.iter().find(|s| s.config.name == server)
+    }
+
+    fn unknown_server(&self, server: &str) -> String {
+        if self.slots.is_empty() {
+            return format!(
+                "unknown MCP server '{server}': no MCP servers are configured{}",
+                match &self.config_path {
+                    Some(path) => format!(" in {}", path.display()),
+                    None => String::new(),
+                }
+            );
+        }
+        let names: Vec<String> = self
+            .slots
+            .iter()
+            .map(|s| {
+                if s.config.disabled {
+                    format!("'{}' (disabled)", s.config.name)
+                } else {
+                    format!("'{}'", s.config.name)
+                }
+            })
+            .collect();
+        format!(
+            "unknown MCP server '{server}': the configured servers are {}",
+            names.join(", ")
+        )
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        // Best effort without a runtime: nothing of ours may outlive the hub.
+        self.shared.shutdown.cancel();
+        self.shared.kill_all_groups();
+    }
+}
+
+impl ToolHost for Hub {
+    fn catalog(&self) -> Vec<ServerCatalog> {
+        self.slots
+            .iter()
+            .filter_map(|slot| match &*slot.phase.borrow() {
+                Phase::Running(live) => Some(ServerCatalog {
+                    server: slot.config.name.clone(),
+                    description: slot.config.description.clone(),
+                    tools: live.tools.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
+        let Some(slot) = self.slot(server) else {
+            let message = self.unknown_server(server);
+            return Box::pin(async move { Err(ToolCallError(message)) });
+        };
+        if slot.config.disabled {
+            let message = format!(
+                "MCP server '{server}' is disabled{}",
+                match &self.config_path {
+                    Some(path) => format!(" (\"disabled\": true in {})", path.display()),
+                    None => String::new(),
+                }
+            );
+            return Box::pin(async move { Err(ToolCallError(message)) });
+        }
+        // Spawned on the hub's runtime: the caller polls from the sandbox thread's own runtime.
+        let task = AbortOnDrop(self.runtime.spawn(call_tool(
+            slot.clone(),
+            tool.to_owned(),
+            arguments,
+        )));
+        let server = server.to_owned();
+        Box::pin(async move {
+            match task.await {
+                Ok(result) => result,
+                Err(e) if e.is_cancelled() => Err(ToolCallError(format!(
+                    "MCP server '{server}': the call was cancelled (mcp-code-mode is shutting down)"
+                ))),
+                Err(e) => Err(ToolCallError(format!(
+                    "MCP server '{server}': the call failed inside mcp-code-mode: {e}"
+                ))),
+            }
+        })
+    }
+}
+
+/// A spawned task that is aborted when its handle is dropped, so an abandoned call stops.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits until the server can take a call: at once if it runs, failing at once if it is down,
+/// waiting (until `deadline`) if it is starting.
+async fn ready(slot: &Slot, deadline: tokio::time::Instant) -> Result<Arc<Live>, ToolCallError> {
+    let name = slot.name();
+    let mut phase = slot.phase.subscribe();
+    let waited = tokio::time::timeout_at(
+        deadline,
+        phase.wait_for(|p| !matches!(p, Phase::Starting { .. })),
+    )
+    .await;
+    let phase = match waited {
+        Ok(Ok(phase)) => phase.clone(),
+        Ok(Err(_)) => {
+            return Err(ToolCallError(format!(
+                "MCP server '{name}' is not running (mcp-code-mode is shutting down)"
+            )))
+        }
+        Err(_) => {
+            return Err(ToolCallError(format!(
+                "MCP server '{name}' is still starting after {} (its timeout_s)",
+                seconds(slot.config.timeout)
+            )))
+        }
+    };
+    match phase {
+        Phase::Running(live) => Ok(live),
+        Phase::Down { reason, retry_at } => Err(ToolCallError(format!(
+            "MCP server '{name}' is not running: {reason}; {}",
+            retry_text(retry_at)
+        ))),
+        Phase::Disabled => Err(ToolCallError(format!("MCP server '{name}' is disabled"))),
+        Phase::Starting { .. } => Err(ToolCallError(format!("MCP server '{name}' is starting"))),
+    }
+}
+
+async fn call_tool(
+    slot: Arc<Slot>,
+    tool: String,
+    arguments: Map<String, Value>,
+) -> Result<Value, ToolCallError> {
+    let name = slot.name();
+    let timeout = slot.config.timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let live = ready(&slot, deadline).await?;
+    if !live.tools.iter().any(|t| t.name == tool) {
+        return Err(ToolCallError(unknown_tool(name, &tool, &live)));
+    }
+    let params = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
+    // Timing out drops the request future, which sends notifications/cancelled downstream.
+    let outcome = tokio::time::timeout_at(deadline, live.peer.call_tool(params)).await;
+    match outcome {
+        Err(_) => Err(ToolCallError(format!(
+            "MCP server '{name}': tool '{tool}' did not answer within {} (the server's timeout_s)",
+            seconds(timeout)
+        ))),
+        Ok(Ok(result)) => shape_result(&result),
+        Ok(Err(ServiceError::McpError(error))) => {
+            Err(ToolCallError(format!("{name}: {}", error.message)))
+        }
+        Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => Err(
+            ToolCallError(crashed_during_call(&slot, &live, &tool).await),
+        ),
+        Ok(Err(other)) => Err(ToolCallError(format!("{name}: {other}"))),
+    }
+}
+
+/// The message for a call whose connection closed under it: waits briefly for the supervisor to
+/// notice, so the message can say how the server died and when it comes back.
+async fn crashed_during_call(slot: &Slot, live: &Arc<Live>, tool: &str) -> String {
+    let name = slot.name();
+    let mut phase = slot.phase.subscribe();
+    let noticed = tokio::time::timeout(
+        Duration::from_secs(3),
+        phase.wait_for(|p| !matches!(p, Phase::Running(l) if Arc::ptr_eq(l, live))),
+    )
+    .await;
+    let detail = match noticed {
+        Ok(Ok(phase)) => match &*phase {
+            Phase::Down { reason, retry_at } => format!("{reason}; {}", retry_text(*retry_at)),
+            Phase::Starting { .. } => "it is restarting".to_owned(),
+            _ => "it has been restarted; try again".to_owned(),
+        },
+        _ => "its connection closed".to_owned(),
+    };
+    format!("MCP server '{name}' stopped during the call to '{tool}': {detail}")
+}
+
+fn unknown_tool(server: &str, tool: &str, live: &Live) -> String {
+    const SHOWN: usize = 30;
+    let mut names: Vec<&str> = live.tools.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    let more = names.len().saturating_sub(SHOWN);
+    names.truncate(SHOWN);
+    let mut list = names.join(", ");
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    if list.is_empty() {
+        format!("MCP server '{server}' has no tool '{tool}' (it lists no tools)")
+    } else {
+        format!("MCP server '{server}' has no tool '{tool}'; its tools: {list}")
+    }
+}

@@ -1,0 +1,722 @@
+//! server — one downstream server's life: spawn the process, connect, list tools, watch it, and
+//! restart it with backoff when it dies.
+//!
+//! Each enabled server has one supervisor task that owns its connection. Everyone else sees the
+//! server only through its [`Phase`] (a `watch` channel), so a call never blocks on the supervisor.
+//!
+//! **Invariant:** every child runs in its own process group, recorded in [`Shared::groups`] from
+//! spawn until the whole group is killed, so shutdown (and `Drop`) can kill what the server itself
+//! started (e.g. `npx` → `node`).
+
+use super::shape::tool_spec;
+use crate::bridge::ToolSpec;
+use crate::config::ServerConfig;
+use futures::future::{Fuse, FusedFuture, FutureExt};
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{NotificationContext, Peer, QuitReason, RoleClient, ServiceExt};
+use rmcp::ClientHandler;
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::ChildStderr;
+use tokio::sync::{oneshot, watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// Longest a server may take from spawn to a listed catalogue.
+pub(crate) const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A server that stayed up this long is healthy again: its next crash restarts it quickly.
+const STABLE_AFTER: Duration = Duration::from_secs(60);
+/// How long a server gets to exit by itself once its stdin is closed, before SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+const STDERR_TAIL_LINES: usize = 5;
+
+/// State shared by the hub and all supervisors (never the hub itself, so the hub can drop).
+pub(crate) struct Shared {
+    pub version: watch::Sender<u64>,
+    pub shutdown: CancellationToken,
+    /// Process groups that may still have members; emptied as each group is killed.
+    pub groups: Mutex<HashSet<i32>>,
+    pub groups_changed: Notify,
+}
+
+impl Shared {
+    pub fn new() -> Self {
+        Self {
+            version: watch::Sender::new(0),
+            shutdown: CancellationToken::new(),
+            groups: Mutex::new(HashSet::new()),
+            groups_changed: Notify::new(),
+        }
+    }
+
+    /// Tells subscribers the catalogue (the set of running servers or their tools) changed.
+    pub fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    pub fn live_groups(&self) -> Vec<i32> {
+        lock(&self.groups).iter().copied().collect()
+    }
+
+    /// SIGKILLs every group still recorded: the last resort of shutdown and `Drop`.
+    pub fn kill_all_groups(&self) {
+        for pgid in lock(&self.groups).drain() {
+            kill_group(pgid, libc::SIGKILL);
+        }
+        self.groups_changed.notify_waiters();
+    }
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not take the hub down with it: the data is still consistent.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn kill_group(pgid: i32, signal: libc::c_int) {
+    if pgid > 1 {
+        // SAFETY: killpg only sends a signal; a group that is already gone yields ESRCH.
+        unsafe {
+            libc::killpg(pgid, signal);
+        }
+    }
+}
+
+/// One server as the rest of the hub sees it.
+pub(crate) struct Slot {
+    pub config: ServerConfig,
+    pub phase: watch::Sender<Phase>,
+    refresh: Arc<Notify>,
+}
+
+#[derive(Clone)]
+pub(crate) enum Phase {
+    Disabled,
+    /// A start is underway; `previous` is why the last attempt failed, if one did.
+    Starting {
+        previous: Option<String>,
+    },
+    Running(Arc<Live>),
+    /// Not running; `retry_at` is when the next start begins (`None`: never, the hub stopped).
+    Down {
+        reason: String,
+        retry_at: Option<Instant>,
+    },
+}
+
+/// A connected server.
+pub(crate) struct Live {
+    pub peer: Peer<RoleClient>,
+    pub tools: Vec<ToolSpec>,
+    pub pid: Option<u32>,
+}
+
+impl Slot {
+    pub fn new(config: ServerConfig) -> Self {
+        let phase = if config.disabled {
+            Phase::Disabled
+        } else {
+            Phase::Starting { previous: None }
+        };
+        Self {
+            config,
+            phase: watch::Sender::new(phase),
+            refresh: Arc::new(Notify::new()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn set(&self, phase: Phase) {
+        self.phase.send_replace(phase);
+    }
+}
+
+/// "restarting in 2 s" / "restarting now", for messages about a server that is down.
+pub(crate) fn retry_text(retry_at: Option<Instant>) -> String {
+    match retry_at {
+        None => "it will not be restarted (mcp-code-mode is shutting down)".to_owned(),
+        Some(at) => {
+            let left = at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                "restarting now".to_owned()
+            } else {
+                format!("restarting in {}", seconds(left))
+            }
+        }
+    }
+}
+
+pub(crate) fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 && s.fract() > 0.05 {
+        format!("{s:.1} s")
+    } else {
+        format!("{} s", s.round())
+    }
+}
+
+/// Runs one server until the hub shuts down; `first` fires when its first start attempt has ended
+/// (either way), so the hub's startup can wait for the initial catalogue.
+pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: oneshot::Sender<()>) {
+    let mut first = Some(first);
+    let mut backoff = FIRST_BACKOFF;
+    let shutdown = shared.shutdown.clone();
+    let name = slot.name().to_owned();
+    let mut previous = None;
+    loop {
+        slot.set(Phase::Starting {
+            previous: previous.take(),
+        });
+        let started = tokio::select! {
+            started = start(&slot, &shared) => started,
+            _ = shutdown.cancelled() => break,
+        };
+        let reason = match started {
+            Ok(instance) => {
+                let up_since = Instant::now();
+                tracing::info!(
+                    "MCP server '{name}' is running with {} tools",
+                    instance.live.tools.len()
+                );
+                slot.set(Phase::Running(instance.live.clone()));
+                shared.bump();
+                if let Some(first) = first.take() {
+                    let _ = first.send(());
+                }
+                let (ended, instance) = watch_running(&slot, &shared, instance).await;
+                instance.stop().await;
+                match ended {
+                    Ended::Shutdown => break,
+                    Ended::Down(reason) => {
+                        if up_since.elapsed() >= STABLE_AFTER {
+                            backoff = FIRST_BACKOFF;
+                        }
+                        reason
+                    }
+                }
+            }
+            Err(reason) => reason,
+        };
+        // Reasons are verb phrases ("exited with status 1"): messages read "it exited ...".
+        let reason = format!("it {reason}");
+        if let Some(first) = first.take() {
+            let _ = first.send(());
+        }
+        let delay = backoff;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tracing::warn!(
+            "MCP server '{name}' is down: {reason}; restarting in {}",
+            seconds(delay)
+        );
+        slot.set(Phase::Down {
+            reason: reason.clone(),
+            retry_at: Some(Instant::now() + delay),
+        });
+        previous = Some(reason);
+        shared.bump();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => break,
+        }
+    }
+    slot.set(Phase::Down {
+        reason: "it was stopped".to_owned(),
+        retry_at: None,
+    });
+    shared.bump();
+}
+
+enum Ended {
+    Shutdown,
+    Down(String),
+}
+
+/// The connection's service loop; fused because it is awaited in a loop and again at stop.
+type QuitFuture =
+    Fuse<Pin<Box<dyn Future<Output = Result<QuitReason, tokio::task::JoinError>> + Send>>>;
+
+/// A started server: its connection, its process, and how to stop both.
+struct Instance {
+    live: Arc<Live>,
+    quit: QuitFuture,
+    /// Cancelling it closes the connection (our end of its stdin).
+    connection: CancellationToken,
+    process: Process,
+}
+
+/// The child process, owned by a watcher task; this handle only observes and kills it.
+struct Process {
+    /// How the process ended, once it has.
+    exited: watch::Receiver<Option<Exit>>,
+    /// Cancelled: the watcher kills the group. Also cancelled when this handle drops.
+    kill: tokio_util::sync::DropGuard,
+    kill_token: CancellationToken,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    stderr_done: Option<oneshot::Receiver<()>>,
+}
+
+impl Process {
+    async fn wait_exit(&mut self, limit: Duration) -> Option<Exit> {
+        let waited = tokio::time::timeout(limit, self.exited.wait_for(Option::is_some)).await;
+        match waited {
+            Ok(Ok(exit)) => exit.clone(),
+            _ => None,
+        }
+    }
+
+    /// Kills the group (SIGTERM, then SIGKILL) and waits until the watcher has reaped it.
+    async fn kill_and_wait(&mut self) -> Option<Exit> {
+        self.kill_token.cancel();
+        self.wait_exit(TERM_GRACE + Duration::from_secs(3)).await
+    }
+
+    /// The last lines the server wrote to stderr, waiting briefly for the pipe to drain: when a
+    /// server dies, its last words are usually the reason.
+    async fn stderr_tail(&mut self) -> Option<String> {
+        if let Some(done) = self.stderr_done.take() {
+            let _ = tokio::time::timeout(Duration::from_millis(500), done).await;
+        }
+        let tail = lock(&self.stderr_tail);
+        (!tail.is_empty()).then(|| tail.iter().cloned().collect::<Vec<_>>().join(" | "))
+    }
+
+    /// "exited with status 1 (its last stderr: ...)".
+    async fn describe_exit(&mut self, exit: Exit) -> String {
+        if !exit.stderr_relevant {
+            return exit.text;
+        }
+        match self.stderr_tail().await {
+            Some(tail) => format!("{} (its last stderr: {tail})", exit.text),
+            None => exit.text,
+        }
+    }
+}
+
+impl Instance {
+    /// Closes the connection, lets the server exit on its own briefly, then kills its group.
+    async fn stop(mut self) {
+        self.connection.cancel();
+        if !self.quit.is_terminated() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.quit).await;
+        }
+        if self.process.wait_exit(EXIT_GRACE).await.is_none() {
+            self.process.kill_and_wait().await;
+        }
+        // The group may outlive its leader; the watcher kills it once the leader is reaped.
+        drop(self.process.kill);
+    }
+}
+
+async fn watch_running(slot: &Slot, shared: &Shared, mut instance: Instance) -> (Ended, Instance) {
+    let name = slot.name();
+    enum Event {
+        Shutdown,
+        Closed,
+        Exited(Option<Exit>),
+        ToolsChanged,
+    }
+    let ended = loop {
+        let event = tokio::select! {
+            _ = shared.shutdown.cancelled() => Event::Shutdown,
+            _ = &mut instance.quit => Event::Closed,
+            exit = instance.process.exited.wait_for(Option::is_some) => {
+                Event::Exited(exit.ok().and_then(|e| e.clone()))
+            }
+            _ = slot.refresh.notified() => Event::ToolsChanged,
+        };
+        match event {
+            Event::Shutdown => break Ended::Shutdown,
+            Event::Closed => {
+                // The connection closed, usually because the process exited: name how, if it did.
+                let reason = match instance.process.wait_exit(Duration::from_secs(2)).await {
+                    Some(exit) => instance.process.describe_exit(exit).await,
+                    None => "closed its connection (its stdout) while still running".to_owned(),
+                };
+                break Ended::Down(reason);
+            }
+            Event::Exited(exit) => {
+                let reason = match exit {
+                    Some(exit) => instance.process.describe_exit(exit).await,
+                    None => "exited".to_owned(),
+                };
+                break Ended::Down(reason);
+            }
+            Event::ToolsChanged => refresh_tools(slot, shared, &mut instance).await,
+        }
+    };
+    tracing::debug!("MCP server '{name}' supervisor leaves the running state");
+    (ended, instance)
+}
+
+/// Re-lists the tools after `notifications/tools/list_changed`.
+async fn refresh_tools(slot: &Slot, shared: &Shared, instance: &mut Instance) {
+    let name = slot.name();
+    let listed = tokio::time::timeout(INIT_TIMEOUT, instance.live.peer.list_all_tools()).await;
+    let tools: Vec<ToolSpec> = match listed {
+        Ok(Ok(tools)) => tools.iter().map(tool_spec).collect(),
+        Ok(Err(e)) => {
+            tracing::warn!("MCP server '{name}' changed its tools but listing them failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(
+                "MCP server '{name}' changed its tools but did not list them within {}",
+                seconds(INIT_TIMEOUT)
+            );
+            return;
+        }
+    };
+    if tools == instance.live.tools {
+        return;
+    }
+    tracing::info!("MCP server '{name}' now has {} tools", tools.len());
+    instance.live = Arc::new(Live {
+        peer: instance.live.peer.clone(),
+        tools,
+        pid: instance.live.pid,
+    });
+    slot.set(Phase::Running(instance.live.clone()));
+    shared.bump();
+}
+
+/// Our side of the connection: it only needs to hear that the tool list changed.
+#[derive(Clone)]
+struct HubClient {
+    refresh: Arc<Notify>,
+}
+
+impl ClientHandler for HubClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("mcp-code-mode", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        // Only signal: the supervisor lists the tools itself, since listing from inside the
+        // notification handler could wait on the very loop that is running this handler.
+        self.refresh.notify_one();
+    }
+}
+
+/// Spawns the process, connects, and lists its tools, all within [`INIT_TIMEOUT`].
+async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
+    let config = &slot.config;
+    let (mut process, stdout, stdin, pid) = spawn(config, shared)?;
+    let connection = CancellationToken::new();
+    let handler = HubClient {
+        refresh: slot.refresh.clone(),
+    };
+    let connect = async {
+        let service = handler
+            .serve_with_ct((stdout, stdin), connection.clone())
+            .await
+            .map_err(|e| format!("the MCP handshake failed: {e}"))?;
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("listing its tools failed: {e}"))?;
+        Ok::<_, String>((service, tools))
+    };
+    let outcome = tokio::select! {
+        outcome = tokio::time::timeout(INIT_TIMEOUT, connect) => outcome,
+        exit = process.exited.wait_for(Option::is_some) => {
+            let exit = exit.ok().and_then(|e| e.clone()).map(|e| e.text);
+            Ok(Err(format!("{} during initialization", exit.as_deref().unwrap_or("exited"))))
+        }
+    };
+    let failure = match outcome {
+        Ok(Ok((service, tools))) => {
+            let live = Arc::new(Live {
+                peer: service.peer().clone(),
+                tools: tools.iter().map(tool_spec).collect(),
+                pid,
+            });
+            return Ok(Instance {
+                live,
+                quit: (Box::pin(service.waiting()) as Pin<Box<dyn Future<Output = _> + Send>>)
+                    .fuse(),
+                connection,
+                process,
+            });
+        }
+        Ok(Err(reason)) => reason,
+        Err(_) => format!(
+            "did not finish initializing within {}",
+            seconds(INIT_TIMEOUT)
+        ),
+    };
+    connection.cancel();
+    let mut reason = format!("failed to start: {failure}");
+    // The process is probably dead already, and how it died says why; if not, it is hung or
+    // broken: kill it (and do not report our own signal as its fault).
+    match process.wait_exit(Duration::from_millis(300)).await {
+        Some(exit) if !reason.contains(&exit.text) => {
+            reason.push_str(&format!("; it {}", exit.text))
+        }
+        Some(_) => {}
+        None => {
+            process.kill_and_wait().await;
+        }
+    }
+    if let Some(tail) = process.stderr_tail().await {
+        reason.push_str(&format!(" (its last stderr: {tail})"));
+    }
+    Err(reason)
+}
+
+type Spawned = (
+    Process,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+    Option<u32>,
+);
+
+/// Starts the child in its own process group, with stderr piped to our log.
+fn spawn(config: &ServerConfig, shared: &Arc<Shared>) -> Result<Spawned, String> {
+    if let Some(cwd) = &config.cwd {
+        if !cwd.is_dir() {
+            return Err(format!(
+                "failed to start: its working directory {} does not exist (\"cwd\" in the config)",
+                cwd.display()
+            ));
+        }
+    }
+    let mut command = tokio::process::Command::new(&config.command);
+    command
+        .args(&config.args)
+        .envs(&config.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(cwd) = &config.cwd {
+        command.current_dir(cwd);
+    }
+    #[cfg(target_os = "linux")]
+    die_with_parent(&mut command);
+    let mut wrapped = CommandWrap::from(command);
+    // Its own group: a terminal's Ctrl-C does not reach it, and we can kill all it started.
+    wrapped.wrap(ProcessGroup::leader());
+    let mut child = wrapped.spawn().map_err(|e| spawn_error(config, &e))?;
+    let pid = child.id();
+    let pgid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    let group = GroupGuard::new(pgid, shared);
+    let streams = (
+        child.stdout().take(),
+        child.stdin().take(),
+        child.stderr().take(),
+    );
+    let (Some(stdout), Some(stdin), stderr) = streams else {
+        let _ = child.start_kill();
+        return Err("failed to start: its stdio pipes were not created".to_owned());
+    };
+
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+    let (stderr_done_tx, stderr_done) = oneshot::channel();
+    if let Some(stderr) = stderr {
+        tokio::spawn(forward_stderr(
+            config.name.clone(),
+            stderr,
+            stderr_tail.clone(),
+            stderr_done_tx,
+        ));
+    }
+    let kill_token = CancellationToken::new();
+    let (exited_tx, exited) = watch::channel(None);
+    tokio::spawn(watch_child(child, group, kill_token.clone(), exited_tx));
+    let process = Process {
+        exited,
+        kill: kill_token.clone().drop_guard(),
+        kill_token,
+        stderr_tail,
+        stderr_done: Some(stderr_done),
+    };
+    Ok((process, stdout, stdin, pid))
+}
+
+fn spawn_error(config: &ServerConfig, e: &std::io::Error) -> String {
+    let command = &config.command;
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "failed to start: command '{command}' was not found (check \"command\" in the config and PATH)"
+        ),
+        std::io::ErrorKind::PermissionDenied => format!(
+            "failed to start: command '{command}' is not executable (permission denied)"
+        ),
+        _ => format!("failed to start: cannot run '{command}': {e}"),
+    }
+}
+
+/// Asks Linux to SIGTERM the child when the thread that spawned it dies. Tokio's worker threads
+/// live as long as the runtime, so in practice: when we die, even by SIGKILL.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut tokio::process::Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
+    // (prctl, getppid) and no allocation.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // We may have died between fork and prctl: then no signal would ever come.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Records a process group while it may have members; kills the group and forgets it when
+/// dropped (after the leader is reaped, or if the watcher task itself is dropped).
+struct GroupGuard {
+    pgid: i32,
+    shared: Arc<Shared>,
+}
+
+impl GroupGuard {
+    fn new(pgid: i32, shared: &Arc<Shared>) -> Self {
+        lock(&shared.groups).insert(pgid);
+        Self {
+            pgid,
+            shared: shared.clone(),
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.pgid, libc::SIGKILL);
+        lock(&self.shared.groups).remove(&self.pgid);
+        self.shared.groups_changed.notify_waiters();
+    }
+}
+
+async fn watch_child(
+    mut child: Box<dyn ChildWrapper>,
+    group: GroupGuard,
+    kill: CancellationToken,
+    exited: watch::Sender<Option<Exit>>,
+) {
+    let status = tokio::select! {
+        status = child.wait() => status,
+        _ = kill.cancelled() => terminate(child.as_mut()).await,
+    };
+    // The leader is gone but the group may not be (servers launched via npx or a shell).
+    drop(group);
+    exited.send_replace(Some(Exit::of(status)));
+}
+
+async fn terminate(child: &mut dyn ChildWrapper) -> std::io::Result<ExitStatus> {
+    // SIGTERM first: a server may want to flush its state.
+    let _ = child.signal(libc::SIGTERM);
+    match tokio::time::timeout(TERM_GRACE, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    }
+}
+
+/// How a process ended.
+#[derive(Clone, Debug)]
+struct Exit {
+    /// A verb phrase: "exited with status 1", "was killed by signal 9 (SIGKILL)".
+    text: String,
+    /// Whether its last stderr lines likely explain it: not when it was killed from outside.
+    stderr_relevant: bool,
+}
+
+impl Exit {
+    fn of(status: std::io::Result<ExitStatus>) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        let (text, stderr_relevant) = match status {
+            Ok(status) => match (status.code(), status.signal()) {
+                (Some(code), _) => (format!("exited with status {code}"), true),
+                (None, Some(signal)) => (
+                    format!("was killed by signal {signal}{}", signal_name(signal)),
+                    !matches!(signal, libc::SIGKILL | libc::SIGTERM | libc::SIGINT),
+                ),
+                _ => (format!("exited ({status})"), true),
+            },
+            Err(e) => (format!("exited (its status is unknown: {e})"), true),
+        };
+        Exit {
+            text,
+            stderr_relevant,
+        }
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGHUP => " (SIGHUP)",
+        libc::SIGINT => " (SIGINT)",
+        libc::SIGABRT => " (SIGABRT)",
+        libc::SIGKILL => " (SIGKILL)",
+        libc::SIGSEGV => " (SIGSEGV)",
+        libc::SIGPIPE => " (SIGPIPE)",
+        libc::SIGTERM => " (SIGTERM)",
+        _ => "",
+    }
+}
+
+/// Forwards the child's stderr to our log, line by line, keeping the last few lines for error
+/// messages. Our stdout is the MCP channel, so child output must never reach it.
+async fn forward_stderr(
+    name: String,
+    stderr: ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    done: oneshot::Sender<()>,
+) {
+    let mut reader = BufReader::new(stderr);
+    let mut buffer = Vec::new();
+    loop {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer).await {
+            Ok(0) => break,
+            Ok(_) => {
+                // Lossy: a server's bytes must never stop us draining the pipe (it would block).
+                let line = String::from_utf8_lossy(&buffer);
+                let line = line.trim_end_matches(['\n', '\r']);
+                tracing::info!(target: "downstream", server = %name, "{line}");
+                let mut tail = lock(&tail);
+                if tail.len() == STDERR_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(truncate(line, 300));
+            }
+            Err(e) => {
+                tracing::debug!(target: "downstream", server = %name, "stderr unreadable: {e}");
+                break;
+            }
+        }
+    }
+    let _ = done.send(());
+}
+
+fn truncate(line: &str, max: usize) -> String {
+    if line.len() <= max {
+        return line.to_owned();
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
+}

@@ -1,0 +1,277 @@
+//! Text the model reads to find tools: the summary in execute_code's description, list_tools,
+//! search_tools and get_tool_signatures. Signatures come from bridge::signature, so what the model
+//! reads is exactly what Python accepts.
+
+use super::Detail;
+use crate::bridge::signature::{docstring, python_name, signature};
+use crate::bridge::{ServerCatalog, ToolSpec};
+
+pub const USAGE: &str = "Call tools as plain functions with keyword arguments: \
+`entries = tools.filesystem.list_directory(path=\"/data\")` (or `await` them; use \
+`asyncio.gather(tools.s.t.aio(...), ...)` for concurrency). A tool returns its structured result \
+(dict/list) when it has one, else its text parsed as JSON when it parses, else the text. A failing \
+tool raises ToolError (.server, .tool, .message). Dashed names use underscores (get-sum -> get_sum). \
+help(tools.server.tool) shows a signature. print() what you want to read; the last expression is returned as result.";
+
+/// A server that is configured but not serving tools right now, and why.
+pub struct Unavailable {
+    pub server: String,
+    pub state: String,
+}
+
+/// The short catalogue in execute_code's description.
+pub fn summary(catalog: &[ServerCatalog], unavailable: &[Unavailable]) -> String {
+    if catalog.is_empty() && unavailable.is_empty() {
+        return "No MCP servers are configured: plain Python only.".into();
+    }
+    let mut out = String::from("Servers (as tools.<server>):");
+    for s in catalog {
+        let desc = first_sentence(&s.description);
+        let names: Vec<String> = s
+            .tools
+            .iter()
+            .take(12)
+            .map(|t| python_name(&t.name))
+            .collect();
+        let more = s.tools.len().saturating_sub(names.len());
+        out.push_str(&format!(
+            "\n- {} ({} tools){}{}",
+            python_name(&s.server),
+            s.tools.len(),
+            dash(&desc),
+            ""
+        ));
+        out.push_str(&format!(
+            ": {}{}",
+            names.join(", "),
+            if more > 0 {
+                format!(", … {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    for u in unavailable {
+        out.push_str(&format!("\n- {}: {}", u.server, u.state));
+    }
+    out
+}
+
+fn dash(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(" — {text}")
+    }
+}
+
+fn first_sentence(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or("").trim();
+    let end = line.find(". ").map(|i| i + 1).unwrap_or(line.len());
+    let mut s: String = line[..end].chars().take(160).collect();
+    if s.len() < line[..end].len() {
+        s.push('…');
+    }
+    s
+}
+
+/// list_tools: one line a tool, grouped by server.
+pub fn list(
+    catalog: &[ServerCatalog],
+    unavailable: &[Unavailable],
+    server: Option<&str>,
+) -> Result<String, String> {
+    let chosen: Vec<&ServerCatalog> = match server {
+        None => catalog.iter().collect(),
+        Some(name) => {
+            let found: Vec<&ServerCatalog> = catalog
+                .iter()
+                .filter(|s| s.server == name || python_name(&s.server) == name)
+                .collect();
+            if found.is_empty() {
+                if let Some(u) = unavailable.iter().find(|u| u.server == name) {
+                    return Err(format!(
+                        "server '{name}' has no tools right now: {}",
+                        u.state
+                    ));
+                }
+                let known: Vec<&str> = catalog.iter().map(|s| s.server.as_str()).collect();
+                return Err(format!(
+                    "no server named '{name}'; configured: {}",
+                    or_none(&known)
+                ));
+            }
+            found
+        }
+    };
+    if chosen.is_empty() {
+        return Ok(summary(catalog, unavailable));
+    }
+    let mut out = String::new();
+    for s in chosen {
+        out.push_str(&format!(
+            "{} ({} tools){}\n",
+            python_name(&s.server),
+            s.tools.len(),
+            dash(&first_sentence(&s.description))
+        ));
+        for t in &s.tools {
+            out.push_str(&format!(
+                "  tools.{}.{}{}\n",
+                python_name(&s.server),
+                python_name(&t.name),
+                dash(&first_sentence(&t.description))
+            ));
+        }
+    }
+    if server.is_none() {
+        for u in unavailable {
+            out.push_str(&format!("{}: {}\n", u.server, u.state));
+        }
+    }
+    Ok(out)
+}
+
+fn or_none(names: &[&str]) -> String {
+    if names.is_empty() {
+        "(none)".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn render(server: &ServerCatalog, tool: &ToolSpec, detail: Detail) -> String {
+    let full_name = format!(
+        "tools.{}.{}",
+        python_name(&server.server),
+        python_name(&tool.name)
+    );
+    match detail {
+        Detail::Name => full_name,
+        Detail::Signature => {
+            let sig = signature(tool).render(&full_name);
+            format!("{sig}\n    {}", first_sentence(&tool.description))
+        }
+        Detail::Full => {
+            let sig = signature(tool);
+            let doc = docstring(tool, &sig).replace('\n', "\n    ");
+            format!(
+                "# {full_name}\ndef {}:\n    \"\"\"{doc}\n    \"\"\"",
+                sig.render(&python_name(&tool.name))
+            )
+        }
+    }
+}
+
+/// search_tools: tools ranked by how many query words their name and description contain.
+pub fn search(catalog: &[ServerCatalog], query: &str, detail: Detail, limit: usize) -> String {
+    let words: Vec<String> = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let mut scored: Vec<(usize, &ServerCatalog, &ToolSpec)> = Vec::new();
+    for s in catalog {
+        for t in &s.tools {
+            let name = format!("{} {}", s.server, t.name).to_lowercase();
+            let desc = t.description.to_lowercase();
+            let score: usize = words
+                .iter()
+                .map(|w| {
+                    3 * usize::from(name.contains(w.as_str()))
+                        + usize::from(desc.contains(w.as_str()))
+                })
+                .sum();
+            if score > 0 {
+                scored.push((score, s, t));
+            }
+        }
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    if scored.is_empty() {
+        return format!("no tool matches {query:?}; list_tools shows them all");
+    }
+    let shown: Vec<String> = scored
+        .iter()
+        .take(limit.max(1))
+        .map(|(_, s, t)| render(s, t, detail))
+        .collect();
+    let more = scored.len().saturating_sub(shown.len());
+    let mut out = shown.join("\n");
+    if more > 0 {
+        out.push_str(&format!(
+            "\n… {more} more matches (raise limit to see them)"
+        ));
+    }
+    out
+}
+
+/// get_tool_signatures: full stubs for each named tool; the flag says whether all were found.
+pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, bool) {
+    let mut parts = Vec::new();
+    let mut all_found = true;
+    for name in names {
+        let wanted = name.trim().trim_start_matches("tools.");
+        let (server, tool) = match wanted.split_once('.') {
+            Some((s, t)) => (Some(s), t),
+            None => (None, wanted),
+        };
+        let matches: Vec<(&ServerCatalog, &ToolSpec)> = catalog
+            .iter()
+            .filter(|s| server.is_none_or(|w| s.server == w || python_name(&s.server) == w))
+            .flat_map(|s| s.tools.iter().map(move |t| (s, t)))
+            .filter(|(_, t)| t.name == tool || python_name(&t.name) == tool)
+            .collect();
+        match matches.as_slice() {
+            [(s, t)] => parts.push(render(s, t, Detail::Full)),
+            [] => {
+                all_found = false;
+                let all: Vec<String> = catalog
+                    .iter()
+                    .flat_map(|s| {
+                        s.tools.iter().map(move |t| {
+                            format!("{}.{}", python_name(&s.server), python_name(&t.name))
+                        })
+                    })
+                    .collect();
+                let close = closest(wanted, &all);
+                parts.push(format!(
+                    "# {name}: no such tool{}",
+                    if close.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; did you mean {}?", close.join(", "))
+                    }
+                ));
+            }
+            several => {
+                all_found = false;
+                let names: Vec<String> = several
+                    .iter()
+                    .map(|(s, t)| format!("{}.{}", python_name(&s.server), python_name(&t.name)))
+                    .collect();
+                parts.push(format!(
+                    "# {name}: ambiguous; name the server: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    (parts.join("\n\n"), all_found)
+}
+
+/// Up to three names sharing the most character pairs with `wanted`.
+fn closest(wanted: &str, names: &[String]) -> Vec<String> {
+    let pairs = |s: &str| -> Vec<(char, char)> {
+        let chars: Vec<char> = s.to_lowercase().chars().collect();
+        chars.windows(2).map(|w| (w[0], w[1])).collect()
+    };
+    let want = pairs(wanted);
+    let mut scored: Vec<(usize, &String)> = names
+        .iter()
+        .map(|n| (pairs(n).iter().filter(|p| want.contains(p)).count(), n))
+        .filter(|(s, _)| *s > 1)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.into_iter().take(3).map(|(_, n)| n.clone()).collect()
+}

@@ -1,0 +1,374 @@
+//! server — the MCP front: `execute_code` plus discovery tools, served over stdio.
+//!
+//! The only module that knows MCP's server side. Each `execute_code` gets its own fresh sandbox
+//! (several calls run at once; one slow script holds up no other), reports progress when the
+//! client asked for it, and stops its sandbox on `notifications/cancelled`.
+//! **Invariant:** nothing but MCP messages reaches stdout.
+
+mod catalog;
+
+use crate::bridge::{ServerCatalog, ToolCallRecord, ToolHost};
+use crate::engine::{ErrorInfo, Job, Limits, Outcome, Pool};
+use crate::hub::Hub;
+use futures::future::BoxFuture;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, RequestMetaObject, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{
+    tool, tool_handler, tool_router, ErrorData as McpError, Peer, RoleServer, ServerHandler,
+    ServiceExt,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What `execute_code` returns, as structured content (and as its JSON text copy).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ExecutionReport {
+    /// What the script printed to stdout (truncated past the output cap, with a notice).
+    pub stdout: String,
+    /// What the script printed to stderr.
+    pub stderr: String,
+    /// The value of the script's last expression: JSON where it converts, else its repr.
+    pub result: Value,
+    /// The exception that ended the script (or the limit it hit), else null.
+    pub error: Option<ErrorInfo>,
+    /// Every tool call the script made, in order.
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub duration_ms: f64,
+}
+
+impl From<Outcome> for ExecutionReport {
+    fn from(o: Outcome) -> Self {
+        Self {
+            stdout: o.stdout,
+            stderr: o.stderr,
+            result: o.result,
+            error: o.error,
+            tool_calls: o.tool_calls,
+            duration_ms: o.duration_ms,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ExecuteCodeArgs {
+    /// Python 3.14 source. Call tools as `tools.<server>.<tool>(arg=...)` (or `await` them);
+    /// `print` what you want to read; the last expression's value is returned as `result`.
+    pub code: String,
+    /// Seconds the script may run (default: the server's --timeout; at most --max-timeout).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListToolsArgs {
+    /// Only this server's tools (default: all servers).
+    #[serde(default)]
+    pub server: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema, Clone, Copy, Default, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Detail {
+    /// `tools.server.tool` names only.
+    Name,
+    /// Python signatures with the first line of each description.
+    #[default]
+    Signature,
+    /// Signatures with the whole docstring.
+    Full,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SearchToolsArgs {
+    /// Words to look for in tool names and descriptions.
+    pub query: String,
+    /// How much to show of each match.
+    #[serde(default)]
+    pub detail: Detail,
+    /// At most this many matches (default 10).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GetSignaturesArgs {
+    /// Tool names as `server.tool` (Python or MCP spelling), or a bare tool name when unique.
+    pub names: Vec<String>,
+}
+
+/// Server-wide settings from the command line.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    pub limits: Limits,
+    pub max_timeout: Duration,
+}
+
+#[derive(Clone)]
+pub struct CodeModeServer {
+    hub: Arc<Hub>,
+    pool: Arc<Pool>,
+    options: ServeOptions,
+    tool_router: ToolRouter<Self>,
+}
+
+#[tool_router]
+impl CodeModeServer {
+    pub fn new(hub: Arc<Hub>, pool: Arc<Pool>, options: ServeOptions) -> Self {
+        Self {
+            hub,
+            pool,
+            options,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Run a Python 3.14 script (Pyodide, sandboxed: no files, no network) that calls the configured MCP servers' tools as Python functions.",
+        output_schema = rmcp::handler::server::common::schema_for_output::<ExecutionReport>(),
+        annotations(read_only_hint = false, destructive_hint = true, open_world_hint = true)
+    )]
+    async fn execute_code(
+        &self,
+        Parameters(args): Parameters<ExecuteCodeArgs>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, McpError> {
+        let timeout = match args.timeout_s {
+            None => self.options.limits.timeout,
+            Some(s) if s.is_finite() && s > 0.0 && s <= self.options.max_timeout.as_secs_f64() => {
+                Duration::from_secs_f64(s)
+            }
+            Some(s) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "timeout_s must be more than 0 and at most {} (the server's --max-timeout); got {s}",
+                    self.options.max_timeout.as_secs_f64()
+                ))]))
+            }
+        };
+        let progress = meta
+            .get_progress_token()
+            .map(|token| Progress::new(peer, token));
+        let tools: Arc<dyn ToolHost> = match &progress {
+            Some(p) => Arc::new(ReportingHost {
+                inner: self.hub.clone(),
+                progress: p.clone(),
+            }),
+            None => self.hub.clone(),
+        };
+        let job = Job {
+            code: args.code,
+            filename: "<code>".into(),
+            timeout: Some(timeout),
+        };
+        let run = async {
+            let sandbox = self
+                .pool
+                .take(tools)
+                .await
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            if let Some(p) = &progress {
+                p.send("running".into()).await;
+            }
+            Ok::<Outcome, McpError>(sandbox.execute(job).await)
+        };
+        // Dropping `run` on cancellation drops the sandbox, which terminates its isolate.
+        let outcome = tokio::select! {
+            outcome = run => outcome?,
+            _ = ct.cancelled() => {
+                return Err(McpError::internal_error("execution cancelled by the client", None));
+            }
+        };
+        let failed = outcome.error.is_some();
+        let report = serde_json::to_value(ExecutionReport::from(outcome))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(if failed {
+            CallToolResult::structured_error(report)
+        } else {
+            CallToolResult::structured(report)
+        })
+    }
+
+    #[tool(
+        description = "List the configured MCP servers' tools compactly (one line each), optionally for one server. Use get_tool_signatures for the few you need.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_tools(
+        &self,
+        Parameters(args): Parameters<ListToolsArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let text = catalog::list(
+            &self.hub.catalog(),
+            &unavailable(&self.hub),
+            args.server.as_deref(),
+        );
+        Ok(match text {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+        })
+    }
+
+    #[tool(
+        description = "Search the configured servers' tools by words in their names and descriptions; detail is name, signature (default) or full.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn search_tools(
+        &self,
+        Parameters(args): Parameters<SearchToolsArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let text = catalog::search(
+            &self.hub.catalog(),
+            &args.query,
+            args.detail,
+            args.limit.unwrap_or(10),
+        );
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+    }
+
+    #[tool(
+        description = "Python signatures and docstrings (from each tool's JSON Schemas) of the named tools, e.g. [\"filesystem.read_text_file\"].",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_tool_signatures(
+        &self,
+        Parameters(args): Parameters<GetSignaturesArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let (text, all_found) = catalog::signatures(&self.hub.catalog(), &args.names);
+        Ok(if all_found {
+            CallToolResult::success(vec![ContentBlock::text(text)])
+        } else {
+            CallToolResult::error(vec![ContentBlock::text(text)])
+        })
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for CodeModeServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("mcp-code-mode", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Write one Python script instead of many tool calls. Find tools with list_tools / search_tools, \
+                 read the few signatures you need with get_tool_signatures, then send the script to execute_code: \
+                 call tools as tools.<server>.<tool>(arg=...), print what you need, end with an expression to return it.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut tools = self.tool_router.list_all();
+        // execute_code's description carries the live catalogue of servers.
+        for tool in tools.iter_mut().filter(|t| t.name == "execute_code") {
+            let servers = catalog::summary(&self.hub.catalog(), &unavailable(&self.hub));
+            let base = tool.description.clone().unwrap_or_default();
+            tool.description = Some(format!("{base}\n\n{servers}\n\n{}", catalog::USAGE).into());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+}
+
+/// Configured servers that serve no tools right now (starting, failed, disabled), and why.
+fn unavailable(hub: &Hub) -> Vec<catalog::Unavailable> {
+    hub.status()
+        .into_iter()
+        .filter(|s| !matches!(s.state, crate::hub::ServerState::Running { .. }))
+        .map(|s| catalog::Unavailable {
+            server: s.name,
+            state: s.state.to_string(),
+        })
+        .collect()
+}
+
+/// Progress notifications for one `execute_code` call: one per tool call, plus a heartbeat.
+#[derive(Clone)]
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    step: Arc<AtomicU64>,
+}
+
+impl Progress {
+    fn new(peer: Peer<RoleServer>, token: ProgressToken) -> Self {
+        Self {
+            peer,
+            token,
+            step: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    async fn send(&self, message: String) {
+        let step = self.step.fetch_add(1, Ordering::SeqCst) + 1;
+        let param =
+            ProgressNotificationParam::new(self.token.clone(), step as f64).with_message(message);
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!("progress notification not sent: {e}");
+        }
+    }
+}
+
+/// Passes calls to the hub and reports each finished call as progress.
+struct ReportingHost {
+    inner: Arc<Hub>,
+    progress: Progress,
+}
+
+impl ToolHost for ReportingHost {
+    fn catalog(&self) -> Vec<ServerCatalog> {
+        self.inner.catalog()
+    }
+
+    fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> BoxFuture<'static, Result<Value, crate::bridge::ToolCallError>> {
+        let call = self.inner.call(server, tool, arguments);
+        let progress = self.progress.clone();
+        let name = format!("{server}.{tool}");
+        Box::pin(async move {
+            let result = call.await;
+            let verdict = if result.is_ok() { "ok" } else { "failed" };
+            progress.send(format!("called {name}: {verdict}")).await;
+            result
+        })
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client disconnects, then shuts the hub down.
+pub async fn serve_stdio(
+    hub: Arc<Hub>,
+    pool: Arc<Pool>,
+    options: ServeOptions,
+) -> anyhow::Result<()> {
+    let server = CodeModeServer::new(hub.clone(), pool, options);
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    // Tell the client when downstream tools change: execute_code's description lists them.
+    let peer = running.peer().clone();
+    let mut changes = hub.changes();
+    let notifier = tokio::spawn(async move {
+        while changes.changed().await.is_ok() {
+            if let Err(e) = peer.notify_tool_list_changed().await {
+                tracing::debug!("tools/list_changed not sent: {e}");
+            }
+        }
+    });
+    let quit = running.waiting().await;
+    notifier.abort();
+    hub.shutdown().await;
+    quit?;
+    Ok(())
+}

@@ -1,0 +1,310 @@
+"""Drives `mcp-code-mode serve` with a real MCP client (PyPI `mcp`), one named check per run.
+
+usage: python3 checks.py BIN CHECK --mode auto|legacy
+
+Starts our server over stdio with a config (Claude Desktop form, `${VAR}` expansion) naming three
+real servers from tests/fixtures: filesystem (over a fresh data folder), memory, everything.
+Prints `ok: CHECK (mode, protocol)` and exits 0 when the check passes; anything else is a failure.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+HERE = Path(__file__).resolve().parent
+MODULES = HERE.parent / "fixtures" / "node_modules" / "@modelcontextprotocol"
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def expect(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+def setup(tmp: Path):
+    data = tmp / "data"
+    (data / "notes").mkdir(parents=True)
+    (data / "notes" / "alpha.txt").write_text("alpha line one\nalpha line two\n")
+    (data / "notes" / "beta.txt").write_text("beta has one line\n")
+    (data / "notes" / "gamma.md").write_text("# gamma\n\nthree\nlines\n")
+    config = {
+        "mcpServers": {
+            "filesystem": {
+                "command": "node",
+                "args": [str(MODULES / "server-filesystem/dist/index.js"), "${TEST_DATA_DIR}"],
+                "description": "Files under the test data folder",
+            },
+            "memory": {
+                "command": "node",
+                "args": [str(MODULES / "server-memory/dist/index.js")],
+                "env": {"MEMORY_FILE_PATH": "${TEST_MEMORY_FILE}"},
+            },
+            "everything": {"command": "node", "args": [str(MODULES / "server-everything/dist/index.js"), "stdio"]},
+        }
+    }
+    config_path = tmp / "servers.json"
+    config_path.write_text(json.dumps(config, indent=2))
+    env = dict(os.environ, TEST_DATA_DIR=str(data.resolve()), TEST_MEMORY_FILE=str(tmp / "memory.jsonl"))
+    env.setdefault("MCP_CODE_MODE_LOG", "warn")
+    return data.resolve(), config_path, env
+
+
+async def execute(client, code, progress_callback=None, **extra):
+    result = await client.call_tool("execute_code", {"code": code, **extra}, progress_callback=progress_callback)
+    report = result.structured_content
+    expect(isinstance(report, dict), f"execute_code returned no structured content: {result}")
+    for key in ("stdout", "stderr", "result", "error", "tool_calls", "duration_ms"):
+        expect(key in report, f"report lacks {key!r}: {report}")
+    expect(bool(result.is_error) == (report["error"] is not None), f"isError disagrees with error: {result}")
+    text = "".join(getattr(c, "text", "") for c in result.content)
+    expect(json.loads(text) == report, "the text copy differs from structuredContent")
+    return report
+
+
+def ok(report):
+    expect(report["error"] is None, f"script failed: {json.dumps(report, indent=1)}")
+    return report
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+
+async def check_catalog(client, data, tmp):
+    listed = await client.list_tools()
+    by_name = {t.name: t for t in listed.tools}
+    expect({"execute_code", "list_tools", "search_tools", "get_tool_signatures"} <= set(by_name), f"tools: {sorted(by_name)}")
+    ex = by_name["execute_code"]
+    expect(ex.output_schema and "stdout" in ex.output_schema.get("properties", {}), f"outputSchema: {ex.output_schema}")
+    for server in ("filesystem", "memory", "everything"):
+        expect(f"- {server} (" in ex.description, f"execute_code's description lacks {server}: {ex.description}")
+    text = lambda r: "".join(getattr(c, "text", "") for c in r.content)
+    listing = text(await client.call_tool("list_tools", {"server": "filesystem"}))
+    expect("tools.filesystem.read_text_file" in listing, listing)
+    found = text(await client.call_tool("search_tools", {"query": "sum numbers", "detail": "signature"}))
+    expect(found.splitlines()[0].startswith("tools.everything.get_sum(*, a: float, b: float"), found)
+    sig = await client.call_tool("get_tool_signatures", {"names": ["filesystem.read_text_file", "everything.get-sum"]})
+    expect(not sig.is_error and "def read_text_file(*, path: str" in text(sig) and "MCP name: get-sum" in text(sig), text(sig))
+    bad = await client.call_tool("get_tool_signatures", {"names": ["filesystem.read_txt_file"]})
+    expect(bad.is_error and "did you mean filesystem.read_text_file" in text(bad), text(bad))
+
+
+async def check_workflow(client, data, tmp):
+    code = f"""
+root = {str(data / "notes")!r}
+listing = tools.filesystem.list_directory(path=root)
+names = sorted(line.split("] ", 1)[1] for line in listing["content"].splitlines() if line.startswith("[FILE]"))
+lines = {{}}
+for name in names:
+    body = tools.filesystem.read_text_file(path=f"{{root}}/{{name}}")["content"]
+    lines[name] = len(body.splitlines())
+summary = "\\n".join(f"{{n}}: {{c}} lines" for n, c in lines.items()) + "\\n"
+tools.filesystem.write_file(path=f"{{root}}/SUMMARY.txt", content=summary)
+check = tools.filesystem.read_text_file(path=f"{{root}}/SUMMARY.txt")["content"]
+print(check, end="")
+{{"files": names, "lines": lines, "same": check == summary}}
+"""
+    report = ok(await execute(client, code))
+    expect(report["result"] == {"files": ["alpha.txt", "beta.txt", "gamma.md"], "lines": {"alpha.txt": 2, "beta.txt": 1, "gamma.md": 4}, "same": True}, report["result"])
+    on_disk = (data / "notes" / "SUMMARY.txt").read_text()
+    expect(on_disk == "alpha.txt: 2 lines\nbeta.txt: 1 lines\ngamma.md: 4 lines\n", repr(on_disk))
+    expect(report["stdout"] == on_disk, report["stdout"])
+    calls = [(c["server"], c["tool"], c["ok"]) for c in report["tool_calls"]]
+    expect(calls[0] == ("filesystem", "list_directory", True) and len(calls) == 6, calls)
+
+
+async def check_structured(client, data, tmp):
+    report = ok(await execute(client, "w = tools.everything.get_structured_content(location='Chicago')\n(type(w).__name__, sorted(w))"))
+    expect(report["result"][0] == "dict" and "temperature" in report["result"][1], report["result"])
+    report = ok(await execute(client, "import asyncio\nr = await asyncio.gather(tools.everything.get_sum.aio(a=2, b=3), tools.memory.read_graph.aio())\nr"))
+    expect("5" in json.dumps(report["result"][0]) and "entities" in report["result"][1], report["result"])
+
+
+async def check_dashed(client, data, tmp):
+    report = ok(await execute(client, "s = tools.everything.get_sum(a=20, b=22)\nm = tools.everything.get_sum.mcp_name\n(s, m)"))
+    expect("42" in json.dumps(report["result"][0]) and report["result"][1] == "get-sum", report["result"])
+
+
+async def check_errors(client, data, tmp):
+    report = await execute(client, "x = 1\ny = x / 0")
+    expect(report["error"]["type"] == "ZeroDivisionError" and 'line 2' in report["error"]["traceback"], report["error"])
+    code = "try:\n    tools.filesystem.read_text_file(path='/etc/passwd')\nexcept ToolError as e:\n    caught = (e.server, e.tool, e.message)\ncaught"
+    report = ok(await execute(client, code))
+    server, tool, message = report["result"]
+    expect((server, tool) == ("filesystem", "read_text_file") and "denied" in message.lower(), report["result"])
+    expect(report["tool_calls"][0]["ok"] is False, report["tool_calls"])
+    report = await execute(client, "tools.filesystem.read_txt_file(path='x')")
+    expect(report["error"]["type"] == "AttributeError" and "read_text_file" in report["error"]["message"], report["error"])
+    report = await execute(client, "tools.filesytem")
+    expect("Did you mean: filesystem" in report["error"]["message"], report["error"])
+
+
+async def check_progress(client, data, tmp):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, message))
+
+    code = "import asyncio\nfor i in range(3):\n    tools.everything.get_sum(a=i, b=1)\n    await asyncio.sleep(0.05)\n'done'"
+    report = ok(await execute(client, code, progress_callback=on_progress))
+    expect(report["result"] == "done", report)
+    await anyio.sleep(0.2)
+    calls = [m for _, m in seen if m and "everything.get-sum" in m]
+    expect(len(calls) == 3, f"progress: {seen}")
+    values = [p for p, _ in seen]
+    expect(values == sorted(values) and len(set(values)) == len(values), f"progress must increase: {seen}")
+
+
+def downstream_pids(marker):
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+async def check_kill_downstream(client, data, tmp):
+    marker = "server-everything/dist/index.js"
+    code = """
+import asyncio
+tools.everything.echo(message="about to start")      # tells the test (via progress) we are here
+try:
+    tools.everything.trigger_long_running_operation(duration=8, steps=8)   # killed while in flight
+    during = "ok"
+except ToolError as e:
+    during = e.message
+after = None
+for attempt in range(60):           # the server is restarted with backoff
+    try:
+        after = tools.everything.get_sum(a=1, b=2)
+        break
+    except ToolError:
+        await asyncio.sleep(0.25)
+(during, after)
+"""
+    started = anyio.Event()
+
+    async def on_progress(progress, total, message):
+        if message and "everything.echo" in message:
+            started.set()
+
+    async with anyio.create_task_group() as tg:
+        result = {}
+
+        async def run():
+            result["report"] = await execute(client, code, progress_callback=on_progress, timeout_s=40)
+
+        tg.start_soon(run)
+        with anyio.fail_after(30):
+            await started.wait()
+        await anyio.sleep(1.0)  # the long operation is now in flight
+        pids = downstream_pids(marker)
+        expect(pids, "no everything server process found")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    report = ok(result["report"])
+    during, after = report["result"]
+    expect(during != "ok" and "everything" in during, f"the call in flight should fail clearly: {during!r}")
+    expect("3" in json.dumps(after), f"a call after the restart should work: {report}")
+    calls = [(c["tool"], c["ok"]) for c in report["tool_calls"]]
+    expect(calls[1] == ("trigger-long-running-operation", False) and calls[-1] == ("get-sum", True), calls)
+
+
+async def check_cancel(client, data, tmp):
+    tick = data / "tick.txt"
+    code = f"""
+import asyncio
+i = 0
+while True:
+    i += 1
+    tools.filesystem.write_file(path={str(tick)!r}, content=str(i))
+    await asyncio.sleep(0.1)
+"""
+    async with anyio.create_task_group() as tg:
+        async def endless():
+            await execute(client, code, timeout_s=60)
+            raise CheckFailed("the endless script returned")
+
+        tg.start_soon(endless)
+        with anyio.fail_after(30):  # the script is running once it has written a few ticks
+            while not (tick.exists() and tick.read_text().isdigit() and int(tick.read_text()) >= 3):
+                await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()  # the client sends notifications/cancelled
+    await anyio.sleep(0.6)
+    before = tick.read_text()
+    await anyio.sleep(1.0)
+    after = tick.read_text()
+    expect(int(before) >= 3, f"the script should have run before the cancel: {before}")
+    expect(before == after, f"the script kept running after notifications/cancelled: {before} -> {after}")
+    report = ok(await execute(client, "'still serving'"))
+    expect(report["result"] == "still serving", report)
+
+
+async def check_concurrent(client, data, tmp):
+    timings = {}
+
+    async def run(name, code):
+        started = time.monotonic()
+        report = ok(await execute(client, code))
+        timings[name] = (time.monotonic() - started, report["result"])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "slow", "import asyncio\nawait asyncio.sleep(6)\n'slow'")
+        await anyio.sleep(0.3)
+        tg.start_soon(run, "fast", "sum(range(100))")
+    expect(timings["fast"][1] == 4950 and timings["slow"][1] == "slow", timings)
+    expect(timings["fast"][0] < 4.0, f"a fast script waited for the slow one: {timings}")
+
+
+async def check_limits(client, data, tmp):
+    report = await execute(client, "while True: pass", timeout_s=1)
+    expect(report["error"]["type"] == "TimeoutError", report["error"])
+    bad = await client.call_tool("execute_code", {"code": "1", "timeout_s": -5})
+    expect(bad.is_error and "timeout_s" in "".join(c.text for c in bad.content), bad)
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("bin")
+    parser.add_argument("check", choices=sorted(CHECKS))
+    parser.add_argument("--mode", choices=["auto", "legacy"], required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data, config_path, env = setup(tmp)
+        params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path)], env=env)
+        async with Client(params, mode=args.mode, read_timeout_seconds=60) as client:
+            await CHECKS[args.check](client, data, tmp)
+            print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version})")
+
+
+def first_failure(error):
+    if isinstance(error, CheckFailed):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = first_failure(inner)
+        if found:
+            return found
+    return None
+
+
+if __name__ == "__main__":
+    try:
+        anyio.run(main)
+    except BaseException as e:  # the client's task groups wrap our CheckFailed
+        failure = first_failure(e)
+        if failure is None:
+            raise
+        print(f"FAILED: {failure}", file=sys.stderr)
+        sys.exit(1)

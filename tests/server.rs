@@ -1,0 +1,44 @@
+//! The MCP front driven by a real MCP client (PyPI `mcp` 2.3.0) against real downstream servers
+//! (tests/fixtures), in both protocol modes: `legacy` (2025-11-25) and `auto` (2026-07-28).
+
+use crate::util::{text, BIN};
+use std::process::Command;
+
+fn check(name: &str, mode: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client/checks.py");
+    let out = Command::new("python3")
+        .args([script, BIN, name, "--mode", mode])
+        .output()
+        .expect("python3 runs (install the client with: pip install mcp==2.3.0)");
+    assert!(
+        out.status.success(),
+        "check {name} ({mode}) failed\n--- stdout\n{}\n--- stderr\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).starts_with(&format!("ok: {name} ({mode}")),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+macro_rules! checks {
+    ($($name:ident),* $(,)?) => {
+        mod legacy { $( #[test] fn $name() { super::check(stringify!($name), "legacy"); } )* }
+        mod auto { $( #[test] fn $name() { super::check(stringify!($name), "auto"); } )* }
+    };
+}
+
+checks!(
+    catalog,
+    workflow,
+    structured,
+    dashed,
+    errors,
+    progress,
+    kill_downstream,
+    cancel,
+    concurrent,
+    limits
+);
