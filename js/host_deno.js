@@ -11,6 +11,7 @@
  *   op_entropy_fill                  seeded or fresh randomness (the sandbox's only entropy)
  *   op_clock_now                     monotonic milliseconds
  *   op_text_decode                   utf-8 / latin1 / utf-16le, with `fatal`
+ *   op_wasm_cached_module, op_wasm_cache_module   Pyodide's wasm, compiled once per process
  * Nothing here is Pyodide-specific beyond the names above; no other host file is reachable.
  */
 const core = globalThis.Deno.core;
@@ -20,8 +21,31 @@ function assetName(path) {
   return String(path).replace(/^file:\/\//, "");
 }
 
+// Pyodide's wasm is compiled once per process (op_wasm_*): once it is, the loader's read of the
+// 9.6 MB file gets an empty stand-in, and instantiation uses the compiled module instead.
+const PYODIDE_WASM = "pyodide.asm.wasm";
+const pyodideWasmBuffers = new WeakSet();
+
+const instantiate = WebAssembly.instantiate;
+WebAssembly.instantiate = async function (source, imports) {
+  const buffer = source instanceof ArrayBuffer ? source : source && source.buffer;
+  if (!buffer || !pyodideWasmBuffers.has(buffer)) return instantiate.call(this, source, imports);
+  let module = ops.op_wasm_cached_module();
+  if (!module) {
+    module = await WebAssembly.compile(source);
+    ops.op_wasm_cache_module(module);
+  }
+  const instance = await instantiate.call(this, module, imports);
+  return { instance, module };
+};
+
 globalThis.read = (path) => ops.op_assets_text(assetName(path));
 globalThis.readbuffer = (path) => {
+  if (assetName(path).endsWith("/" + PYODIDE_WASM)) {
+    const buffer = ops.op_wasm_cached_module() ? new ArrayBuffer(0) : ops.op_assets_read(assetName(path)).slice().buffer;
+    pyodideWasmBuffers.add(buffer);
+    return buffer;
+  }
   const bytes = ops.op_assets_read(assetName(path));
   // The loader wants an ArrayBuffer of exactly the file's size.
   return bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;

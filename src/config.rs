@@ -120,7 +120,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 /// [`load`] with the process environment replaced by `process_env`, so tests need not mutate the
 /// real one (which other threads read).
-fn load_with_env(
+pub fn load_with_env(
     path: &Path,
     process_env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {

@@ -2,9 +2,11 @@
 //! the tools of the MCP servers the user configured. See ARCHITECTURE.md for the map.
 
 pub mod assets;
+pub mod bench;
 pub mod bridge;
 pub mod config;
 pub mod debug;
 pub mod engine;
 pub mod hub;
+pub mod parity;
 pub mod server;

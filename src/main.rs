@@ -36,6 +36,17 @@ enum Command {
     Run(RunArgs),
     /// Start the server as a child, drive it as an MCP client, and print a transcript.
     Debug(DebugArgs),
+    /// Measure start-up, round trips, overhead and memory; print one table (see README).
+    Bench(BenchArgs),
+    /// Run Python scripts in this V8 host and in headless Chromium and compare them byte for byte.
+    Parity(mcp_code_mode::parity::ParityArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Fewer samples: a quick look rather than the figures for the README.
+    #[arg(long)]
+    quick: bool,
 }
 
 #[derive(Args)]
@@ -153,6 +164,11 @@ fn main() -> ExitCode {
         match command {
             Command::Run(args) => run(args).await,
             Command::Serve(args) => serve(args).await,
+            Command::Parity(args) => mcp_code_mode::parity::main(args).await,
+            Command::Bench(args) => {
+                mcp_code_mode::bench::run(args.quick).await?;
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Debug(args) => {
                 let ok = mcp_code_mode::debug::run(args.config.config.as_deref()).await?;
                 Ok(if ok {

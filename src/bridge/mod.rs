@@ -7,6 +7,7 @@
 //!   sandbox  `op_sandbox_settings|ready|next_job|report`  js/main_deno.js
 //!   tools    `op_tools_catalog`, `op_tools_call`          js/main_deno.js -> codemode.py
 //!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
+//!   wasm     `op_wasm_cached_module`, `op_wasm_cache_module`   js/host_deno.js
 //!
 //! **Invariant:** every op validates its own arguments. Python reaches all of JS (and so every op)
 //! whatever we hide, so an op never trusts its caller: asset reads serve only the pinned files.
@@ -16,7 +17,7 @@ pub mod output;
 pub mod signature;
 pub mod tools;
 
-use deno_core::{op2, OpState};
+use deno_core::{op2, v8, OpState};
 use deno_error::JsErrorBox;
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
@@ -68,6 +69,8 @@ deno_core::extension!(
         op_tools_call,
         op_snapshot_read,
         op_snapshot_save,
+        op_wasm_cached_module,
+        op_wasm_cache_module,
     ],
 );
 
@@ -237,4 +240,35 @@ fn op_snapshot_save(state: &mut OpState, #[buffer] bytes: &[u8]) {
     if let Some(tx) = state.borrow_mut::<SnapshotIo>().made.take() {
         let _ = tx.send(bytes.to_vec());
     }
+}
+
+/// Pyodide's wasm, compiled once per process and shared by every isolate (V8 shares the native
+/// module, including code it later optimizes), instead of recompiled for each sandbox.
+static PYODIDE_WASM: std::sync::OnceLock<v8::CompiledWasmModule> = std::sync::OnceLock::new();
+
+#[op2]
+fn op_wasm_cached_module<'s>(scope: &mut v8::PinScope<'s, '_>) -> v8::Local<'s, v8::Value> {
+    match PYODIDE_WASM
+        .get()
+        .and_then(|compiled| v8::WasmModuleObject::from_compiled_module(scope, compiled))
+    {
+        Some(module) => module.into(),
+        None => v8::undefined(scope).into(),
+    }
+}
+
+#[op2(fast)]
+fn op_wasm_cache_module(module: v8::Local<v8::Value>) -> Result<(), JsErrorBox> {
+    let module: v8::Local<v8::WasmModuleObject> = module
+        .try_into()
+        .map_err(|_| JsErrorBox::type_error("expected a WebAssembly.Module"))?;
+    let compiled = module.get_compiled_module();
+    // Only Pyodide's pinned module may be shared with other sandboxes.
+    if Some(compiled.get_wire_bytes_ref()) != crate::assets::pyodide_file("pyodide.asm.wasm") {
+        return Err(JsErrorBox::type_error(
+            "only Pyodide's pinned wasm module can be cached",
+        ));
+    }
+    let _ = PYODIDE_WASM.set(compiled);
+    Ok(())
 }

@@ -174,6 +174,7 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: onesh
     let shutdown = shared.shutdown.clone();
     let name = slot.name().to_owned();
     let mut previous = None;
+    let mut last_logged: Option<String> = None;
     loop {
         slot.set(Phase::Starting {
             previous: previous.take(),
@@ -182,8 +183,10 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: onesh
             started = start(&slot, &shared) => started,
             _ = shutdown.cancelled() => break,
         };
+        let mut was_running = false;
         let reason = match started {
             Ok(instance) => {
+                was_running = true;
                 let up_since = Instant::now();
                 tracing::info!(
                     "MCP server '{name}' is running with {} tools",
@@ -215,16 +218,28 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: onesh
         }
         let delay = backoff;
         backoff = (backoff * 2).min(MAX_BACKOFF);
-        tracing::warn!(
-            "MCP server '{name}' is down: {reason}; restarting in {}",
-            seconds(delay)
-        );
+        // The same failure every 30 s is noise after the first report.
+        if last_logged.as_deref() == Some(reason.as_str()) {
+            tracing::debug!(
+                "MCP server '{name}' is still down: {reason}; restarting in {}",
+                seconds(delay)
+            );
+        } else {
+            tracing::warn!(
+                "MCP server '{name}' is down: {reason}; restarting in {}",
+                seconds(delay)
+            );
+            last_logged = Some(reason.clone());
+        }
         slot.set(Phase::Down {
             reason: reason.clone(),
             retry_at: Some(Instant::now() + delay),
         });
         previous = Some(reason);
-        shared.bump();
+        // Only a server that left the catalogue changes it; a failing retry loop does not.
+        if was_running {
+            shared.bump();
+        }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = shutdown.cancelled() => break,

@@ -187,7 +187,7 @@ pub fn search(catalog: &[ServerCatalog], query: &str, detail: Detail, limit: usi
             }
         }
     }
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|s| std::cmp::Reverse(s.0));
     if scored.is_empty() {
         return format!("no tool matches {query:?}; list_tools shows them all");
     }
@@ -272,6 +272,6 @@ fn closest(wanted: &str, names: &[String]) -> Vec<String> {
         .map(|n| (pairs(n).iter().filter(|p| want.contains(p)).count(), n))
         .filter(|(s, _)| *s > 1)
         .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|s| std::cmp::Reverse(s.0));
     scored.into_iter().take(3).map(|(_, n)| n.clone()).collect()
 }
