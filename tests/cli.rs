@@ -92,3 +92,117 @@ fn seeded_runs_give_identical_bytes() {
     assert_eq!(a.stdout, b.stdout);
     assert!(!a.stdout.is_empty());
 }
+
+fn fixture(path: &str) -> String {
+    format!(
+        "{}/tests/fixtures/node_modules/@modelcontextprotocol/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn a_bad_config_exits_2_naming_the_file_the_server_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    std::fs::write(
+        &config,
+        r#"{"mcpServers": {"files": {"command": "node", "args": 7}}}"#,
+    )
+    .unwrap();
+    let out = cli(&["serve", "--config", config.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("servers.json") && err.contains("\"files\"") && err.contains("\"args\""),
+        "{err}"
+    );
+    let out = cli(
+        &[
+            "run",
+            "--config",
+            dir.path().join("missing.json").to_str().unwrap(),
+            "-",
+        ],
+        "1",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("missing.json"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn serving_without_a_config_says_so_and_serves_plain_python() {
+    let dir = tempfile::tempdir().unwrap();
+    // stdin closes at once: the server starts, says what it serves, and ends cleanly.
+    let out = cli_in(BIN, dir.path(), &[], "");
+    assert!(
+        text(&out.stderr).contains("no configuration"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "nothing but MCP may reach stdout: {}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn run_with_a_config_calls_real_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.txt"), "hi from disk").unwrap();
+    let config = dir.path().join("servers.json");
+    let servers = serde_json::json!({"servers": {"fs": {"command": "node",
+        "args": [fixture("server-filesystem/dist/index.js"), dir.path()]}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let script = format!(
+        "tools.fs.read_text_file(path={:?})['content']",
+        dir.path().join("hello.txt")
+    );
+    let out = cli(
+        &["run", "--json", "--config", config.to_str().unwrap(), "-"],
+        &script,
+    );
+    assert_eq!(
+        json(&out)["result"],
+        "hi from disk",
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn debug_drives_the_server_end_to_end_and_prints_a_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("a.txt"), "one\ntwo\n").unwrap();
+    let config = dir.path().join("servers.json");
+    let servers = serde_json::json!({"servers": {"filesystem": {"command": "node",
+        "args": [fixture("server-filesystem/dist/index.js"), data]}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let out = cli(&["debug", "--config", config.to_str().unwrap()], "");
+    let transcript = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{transcript}\n{}",
+        text(&out.stderr)
+    );
+    assert!(transcript.contains("» tools/list: 4 tools"), "{transcript}");
+    assert!(
+        transcript.contains("tool call: filesystem.read_text_file"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("\"chars_read\":{\"a.txt\":8}"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("✓ the server works end to end"),
+        "{transcript}"
+    );
+}

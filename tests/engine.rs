@@ -137,6 +137,28 @@ async fn a_memory_bomb_is_a_memory_error_under_the_cap() {
 }
 
 #[tokio::test]
+async fn exhausting_the_javascript_heap_is_a_memory_error_not_a_crash() {
+    let code = "from js import Array\nkeep = []\nwhile True:\n    keep.append(Array.new(1000000).fill(1.5))";
+    let config = SandboxConfig::new(Limits {
+        memory_mb: 128,
+        ..limits(60.0)
+    });
+    let o = execute_with(config, code).await;
+    let e = o.error.expect("an error");
+    assert_eq!(e.kind, "MemoryError");
+    assert!(
+        e.message.contains("JavaScript heap (128 MiB"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        execute("2 + 2").await.result,
+        json!(4),
+        "the process is still healthy"
+    );
+}
+
+#[tokio::test]
 async fn a_print_flood_is_truncated_with_a_notice_saying_how_much_was_dropped() {
     let config = SandboxConfig::new(Limits {
         max_output: 1000,
