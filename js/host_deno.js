@@ -11,6 +11,7 @@
  *   op_entropy_fill                  seeded or fresh randomness (the sandbox's only entropy)
  *   op_clock_now                     monotonic milliseconds
  *   op_text_decode                   utf-8 / latin1 / utf-16le, with `fatal`
+ *   op_void_async_deferred           deno_core's own: resolves on the next event-loop turn
  *   op_wasm_cached_module, op_wasm_cache_module   Pyodide's wasm, compiled once per process
  * Nothing here is Pyodide-specific beyond the names above; no other host file is reachable.
  */
@@ -64,12 +65,31 @@ globalThis.crypto = {
 
 globalThis.performance = { now: () => ops.op_clock_now() };
 
+// Zero-delay timers are what Pyodide's event loop runs on (every asyncio step, every resumed tool
+// call). deno_core's timers round them up to whole milliseconds on a coarse clock; a deferred
+// no-op op resolves on the event loop's very next turn instead, which is the macrotask semantics
+// setTimeout(f, 0) promises. Ids are negative so clearTimeout can tell the two kinds apart.
+const pendingImmediate = new Set();
+let nextImmediateId = 0;
+function setImmediateTask(callback, args) {
+  const id = --nextImmediateId;
+  pendingImmediate.add(id);
+  ops.op_void_async_deferred().then(() => {
+    if (pendingImmediate.delete(id)) callback(...args);
+  });
+  return id;
+}
+
 globalThis.setTimeout = (callback, ms = 0, ...args) =>
-  core.createTimer(() => callback(...args), ms, undefined, false, true);
+  ms > 0
+    ? core.createTimer(() => callback(...args), ms, undefined, false, true)
+    : setImmediateTask(callback, args);
 globalThis.setInterval = (callback, ms = 0, ...args) =>
   core.createTimer(() => callback(...args), ms, undefined, true, true);
 globalThis.clearTimeout = (id) => {
-  if (id !== undefined && id !== null) core.cancelTimer(id);
+  if (typeof id !== "number") return;
+  if (id < 0) pendingImmediate.delete(id);
+  else core.cancelTimer(id);
 };
 globalThis.clearInterval = globalThis.clearTimeout;
 

@@ -97,6 +97,7 @@ function startWorker() {
         base = m.base;
         postMessage({ kind: "ready", error: await boot() });
       } else if (m.kind === "run") {
+        output.last = 0; // the job's first line goes out at once
         const outcome = await runJob(pyodide, m.job);
         output.flush();
         postMessage({ kind: "done", outcome });
@@ -154,8 +155,12 @@ function startWorker() {
     };
   }
 
-  /** stdout/stderr, sent to Rust in order, in batches (a print flood must not cost one request a
-   * line); Rust applies the V8 host's cap to the bytes, so truncation notices are identical. */
+  /** stdout/stderr, sent to Rust in order; Rust applies the V8 host's cap to the bytes, so
+   * truncation notices are identical. A write goes out at once unless another went out less than
+   * BATCH_MS ago (a print flood must not cost one request a line); the batch then leaves with the
+   * next write, at 64 KiB, before a tool call, or at the end. So a script stopped at its timeout
+   * keeps all it printed but, at worst, its last BATCH_MS of output before it hung. */
+  const BATCH_MS = 20;
   const output = {
     chunks: [],
     size: 0,
@@ -164,7 +169,7 @@ function startWorker() {
       this.chunks.push([stream, bytes.slice()]);
       this.size += bytes.length + 5;
       const now = Date.now();
-      if (this.size >= 1 << 16 || now - this.last >= 100) this.flush(now);
+      if (this.size >= 1 << 16 || now - this.last >= BATCH_MS) this.flush(now);
     },
     flush(now = Date.now()) {
       this.last = now;
@@ -187,7 +192,8 @@ function startWorker() {
   const host = {
     writeOutput: (stream, bytes) => output.write(stream, bytes),
     callTool: async (server, tool, argsJson) => {
-      output.flush(); // keeps stdout in order with what the tool's server sees
+      // What was printed before a call that never returns (the timeout path) is already kept.
+      output.flush();
       try {
         const response = await fetch(base + "tool", {
           method: "POST",

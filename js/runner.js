@@ -64,7 +64,7 @@ const LOAD_PRELUDE =
  *                          the caller then calls `pyodide.makeMemorySnapshot()`;
  *   neither                a plain boot (for comparison and debugging).
  * settings: { indexURL, env, memoryBytes, preludeSource, loadPyodide, createPyodideModule?,
- *             snapshot?, makeSnapshot? }
+ *             snapshot?, makeSnapshot?, warmUp? }
  */
 export async function bootSandbox(settings, host) {
   if (settings.memoryBytes) capWasmMemory(settings.memoryBytes);
@@ -79,6 +79,9 @@ export async function bootSandbox(settings, host) {
     _makeSnapshot: !!settings.makeSnapshot,
     _loadSnapshot: settings.snapshot,
   });
+  // Pyodide keeps its config for the instance's life: drop our 31 MB copy of the snapshot, now
+  // restored into wasm memory, so each sandbox does not carry it twice.
+  if (pyodide._api && pyodide._api.config) pyodide._api.config._loadSnapshot = undefined;
   if (!settings.snapshot) {
     pyodide.globals.set("__codemode_source", settings.preludeSource);
     pyodide.runPython(LOAD_PRELUDE);
@@ -104,6 +107,9 @@ export async function bootSandbox(settings, host) {
   });
   // A restored snapshot carries the random state it was made with: draw fresh (or seeded) state.
   pyodide.runPython("import codemode\ncodemode.reseed()");
+  // For sandboxes booted ahead of demand: the first job would otherwise pay ~10 ms of first-time
+  // compilation of the job path's JS and Python.
+  if (settings.warmUp) await pyodide.runPythonAsync("import codemode\nawait codemode.warm_up()");
   return pyodide;
 }
 

@@ -32,6 +32,7 @@ const HEAVY: &str = "sum(i*i for i in range(10**6))";
 const HEAVY_RESULT: i64 = 333_332_833_333_500_000;
 /// What the memory-growth loop runs: a little more than print(1), so more of Python is touched.
 const GROWTH_SCRIPT: &str = "import json\nd = {'n': list(range(1000))}\nprint(len(json.dumps(d)))";
+const GROWTH_STDOUT: &str = "4897\n";
 /// The warm round-trip figure the issue quotes for a Deno + Pyodide peer reusing one instance.
 const PEER_REFERENCE_MS: f64 = 1.8;
 
@@ -99,6 +100,8 @@ fn p50(samples: &Samples) -> Option<f64> {
 
 /// One line of the table, already formatted.
 pub struct Row {
+    /// The issue's row number (1-7), which `--only` selects by.
+    pub group: u8,
     pub name: String,
     pub n: String,
     pub p50: String,
@@ -109,6 +112,7 @@ pub struct Row {
 
 impl Row {
     fn sampled(
+        group: u8,
         name: impl Into<String>,
         unit: &str,
         target: impl Into<String>,
@@ -125,6 +129,7 @@ impl Row {
             Err(why) => ("—".into(), why.clone(), "—".into()),
         };
         Row {
+            group,
             name: name.into(),
             n,
             p50,
@@ -149,14 +154,21 @@ pub fn print_table(rows: &[Row], notes: &[String]) {
     println!("| measurement | n | p50 | p95 | target | compared |");
     println!("|---|---:|---:|---:|---|---|");
     for r in rows {
-        println!(
-            "| {} | {} | {} | {} | {} | {} |",
-            r.name, r.n, r.p50, r.p95, r.target, r.compare
-        );
+        let cells = [&r.name, &r.n, &r.p50, &r.p95, &r.target, &r.compare].map(|c| cell(c));
+        println!("| {} |", cells.join(" | "));
     }
     println!();
     for n in notes {
         println!("- {n}");
+    }
+}
+
+/// Text made safe for one table cell: one line, no column breaks, not too long.
+fn cell(text: &str) -> String {
+    let flat = text.replace('|', "\\|").replace(['\n', '\r'], " ");
+    match flat.char_indices().nth(400) {
+        Some((at, _)) => format!("{}…", &flat[..at]),
+        None => flat,
     }
 }
 
@@ -245,7 +257,8 @@ impl ServerChild {
     }
 
     /// One `execute_code` call; an error unless the script ran and printed `expect_stdout`.
-    async fn execute(&self, code: &str, expect_stdout: &str) -> anyhow::Result<()> {
+    /// Returns the report's `duration_ms` (the sandbox's own time).
+    async fn execute(&self, code: &str, expect_stdout: &str) -> anyhow::Result<f64> {
         let Value::Object(args) = json!({ "code": code }) else {
             unreachable!("a json object")
         };
@@ -263,7 +276,7 @@ impl ServerChild {
         if result.is_error == Some(true) || report["stdout"] != expect_stdout {
             bail!("execute_code did not run the script as expected: {report}");
         }
-        Ok(())
+        Ok(report["duration_ms"].as_f64().unwrap_or(f64::NAN))
     }
 
     fn rss_mib(&self) -> anyhow::Result<f64> {
@@ -320,6 +333,8 @@ fn rss_mib(pid: u32) -> anyhow::Result<f64> {
 /// Rows 2 and 5: what a client of `serve` sees, and the server's memory.
 struct ServerResults {
     spaced: Samples,
+    /// The `duration_ms` the server reported for each of the `spaced` calls.
+    spaced_inside: Samples,
     back_to_back: Samples,
     rss_pool2: Samples,
     rss_pool0: Samples,
@@ -328,45 +343,59 @@ struct ServerResults {
     gap: Duration,
 }
 
-async fn server_rows(plan: &Plan, gap: Duration) -> ServerResults {
+async fn server_rows(plan: &Plan, gap: Duration, round_trips: bool, memory: bool) -> ServerResults {
+    let not_run = || Err::<Vec<f64>, String>("not run".into());
     let mut results = ServerResults {
-        spaced: Err("not measured".into()),
-        back_to_back: Err("not measured".into()),
-        rss_pool2: Err("not measured".into()),
-        rss_pool0: Err("not measured".into()),
-        growth: Err("not measured".into()),
+        spaced: not_run(),
+        spaced_inside: not_run(),
+        back_to_back: not_run(),
+        rss_pool2: not_run(),
+        rss_pool0: not_run(),
+        growth: Err("not run".into()),
         gap,
     };
-    if let Err(e) = pool2_rows(plan, gap, &mut results).await {
+    if !round_trips && !memory {
+        return results;
+    }
+    if let Err(e) = pool2_rows(plan, gap, round_trips, memory, &mut results).await {
         let why = failed(e);
-        for slot in [
-            &mut results.spaced,
-            &mut results.back_to_back,
-            &mut results.rss_pool2,
-        ] {
-            if slot.is_err() {
+        let wanted = [
+            (&mut results.spaced, round_trips),
+            (&mut results.back_to_back, round_trips),
+            (&mut results.rss_pool2, memory),
+        ];
+        for (slot, wanted) in wanted {
+            if wanted && slot.is_err() {
                 *slot = Err(why.clone());
             }
         }
-        if results.growth.is_err() {
+        if memory && results.growth.is_err() {
             results.growth = Err(why);
         }
     }
-    progress("server RSS with --pool-size 0");
-    results.rss_pool0 = async {
-        let server = ServerChild::start(0).await?;
-        server.execute("print(1)", "1\n").await?;
-        server.settle(Duration::from_millis(500)).await?;
-        let rss = server.rss_samples().await;
-        server.stop().await;
-        rss
+    if memory {
+        progress("server RSS with --pool-size 0");
+        results.rss_pool0 = async {
+            let server = ServerChild::start(0).await?;
+            server.execute("print(1)", "1\n").await?;
+            server.settle(Duration::from_millis(500)).await?;
+            let rss = server.rss_samples().await;
+            server.stop().await;
+            rss
+        }
+        .await
+        .map_err(failed);
     }
-    .await
-    .map_err(failed);
     results
 }
 
-async fn pool2_rows(plan: &Plan, gap: Duration, results: &mut ServerResults) -> anyhow::Result<()> {
+async fn pool2_rows(
+    plan: &Plan,
+    gap: Duration,
+    round_trips: bool,
+    memory: bool,
+    results: &mut ServerResults,
+) -> anyhow::Result<()> {
     progress("execute_code round trips over MCP stdio (serve --pool-size 2)");
     let server = ServerChild::start(2).await?;
     server.settle(Duration::from_secs(1)).await?;
@@ -374,43 +403,50 @@ async fn pool2_rows(plan: &Plan, gap: Duration, results: &mut ServerResults) -> 
         server.execute("print(1)", "1\n").await?;
         tokio::time::sleep(gap).await;
     }
-    server.settle(Duration::from_millis(200)).await?;
-    results.rss_pool2 = Ok(server.rss_samples().await?);
-
-    let mut spaced = Vec::new();
-    for _ in 0..plan.round_trips {
-        tokio::time::sleep(gap).await;
-        let started = Instant::now();
-        server.execute("print(1)", "1\n").await?;
-        spaced.push(ms(started.elapsed()));
+    if memory {
+        server.settle(Duration::from_millis(200)).await?;
+        results.rss_pool2 = Ok(server.rss_samples().await?);
     }
-    results.spaced = Ok(spaced);
 
-    server.settle(Duration::from_millis(500)).await?;
-    let mut back_to_back = Vec::new();
-    for _ in 0..plan.round_trips {
-        let started = Instant::now();
-        server.execute("print(1)", "1\n").await?;
-        back_to_back.push(ms(started.elapsed()));
-    }
-    results.back_to_back = Ok(back_to_back);
-
-    progress(&format!(
-        "server RSS over {} executions (back to back; RSS read when idle every {})",
-        plan.executions,
-        plan.executions / 10
-    ));
-    server.settle(Duration::from_millis(500)).await?;
-    let every = (plan.executions / 10).max(1);
-    let mut growth = vec![(0, server.rss_mib()?)];
-    for done in 1..=plan.executions {
-        server.execute(GROWTH_SCRIPT, "8894\n").await?;
-        if done % every == 0 {
-            server.settle(Duration::from_millis(300)).await?;
-            growth.push((done, server.rss_mib()?));
+    if round_trips {
+        let mut spaced = Vec::new();
+        let mut inside = Vec::new();
+        for _ in 0..plan.round_trips {
+            tokio::time::sleep(gap).await;
+            let started = Instant::now();
+            inside.push(server.execute("print(1)", "1\n").await?);
+            spaced.push(ms(started.elapsed()));
         }
+        results.spaced = Ok(spaced);
+        results.spaced_inside = Ok(inside);
+
+        server.settle(Duration::from_millis(500)).await?;
+        let mut back_to_back = Vec::new();
+        for _ in 0..plan.round_trips {
+            let started = Instant::now();
+            server.execute("print(1)", "1\n").await?;
+            back_to_back.push(ms(started.elapsed()));
+        }
+        results.back_to_back = Ok(back_to_back);
     }
-    results.growth = Ok(growth);
+
+    if memory {
+        let every = (plan.executions / 10).max(1);
+        progress(&format!(
+            "server RSS over {} executions (back to back; RSS read when idle every {every})",
+            plan.executions
+        ));
+        server.settle(Duration::from_millis(500)).await?;
+        let mut growth = vec![(0, server.rss_mib()?)];
+        for done in 1..=plan.executions {
+            server.execute(GROWTH_SCRIPT, GROWTH_STDOUT).await?;
+            if done % every == 0 {
+                server.settle(Duration::from_millis(300)).await?;
+                growth.push((done, server.rss_mib()?));
+            }
+        }
+        results.growth = Ok(growth);
+    }
     server.stop().await;
     Ok(())
 }
@@ -821,7 +857,7 @@ fn load_average() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// `a / b` as "1.2×", or None when either side is missing.
+/// `a / b`, or None when either side is missing.
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
@@ -829,51 +865,95 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-pub async fn run(quick: bool) -> anyhow::Result<()> {
+/// A ratio as "0.42×", "2.4×", "49×".
+fn times(r: f64) -> String {
+    if r < 1.0 {
+        format!("{r:.2}×")
+    } else if r < 10.0 {
+        format!("{r:.1}×")
+    } else {
+        format!("{r:.0}×")
+    }
+}
+
+fn difference(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? - b?)
+}
+
+/// Runs the measurements of the rows in `only` (all when empty) and prints the table.
+pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
+    let want = |row: u8| only.is_empty() || only.contains(&row);
+    let not_run = || Err::<Vec<f64>, String>("not run".into());
     let plan = Plan::new(quick);
     let load_before = load_average();
     let started = Instant::now();
 
-    progress("fresh sandboxes, from the snapshot and booting without it");
-    let snap = sandbox_start(crate::assets::SNAPSHOT, plan.snapshot_starts)
-        .await
-        .map_err(failed);
-    let plain = sandbox_start(None, plan.plain_starts).await.map_err(failed);
-    // Space the calls so the pool (refilled one boot at a time) is full again before each one.
-    let boot_p95 = snap.as_ref().map(|s| percentile(s, 95.0)).unwrap_or(100.0);
-    let gap = Duration::from_millis((400.0f64).max(2.0 * boot_p95 + 100.0) as u64);
-    let server = server_rows(&plan, gap).await;
-    let tools = tool_rows(&plan).await;
-    progress("cold process starts (`mcp-code-mode run -` with print(1))");
-    let cold = cold_starts(plan.cold_runs).await.map_err(failed);
-    progress(&format!("{HEAVY} in fresh sandboxes"));
-    let heavy = heavy_loop(plan.heavy_runs).await.map_err(failed);
-    let peer = peer_rows(&plan).await;
+    let (snap, plain) = if want(1) {
+        progress("fresh sandboxes, from the snapshot and booting without it");
+        let snap = sandbox_start(crate::assets::SNAPSHOT, plan.snapshot_starts)
+            .await
+            .map_err(failed);
+        let plain = sandbox_start(None, plan.plain_starts).await.map_err(failed);
+        (snap, plain)
+    } else {
+        (not_run(), not_run())
+    };
+    // Space the calls so the pool (refilled one restore at a time) is full again before each.
+    let restore_p95 = snap.as_ref().map(|s| percentile(s, 95.0)).unwrap_or(100.0);
+    let gap = Duration::from_millis(400f64.max(2.0 * restore_p95 + 100.0) as u64);
+    let server = server_rows(&plan, gap, want(2), want(5)).await;
+    let tools = if want(3) {
+        tool_rows(&plan).await
+    } else {
+        ToolResults {
+            direct: not_run(),
+            through_us: not_run(),
+        }
+    };
+    let cold = if want(4) {
+        progress("cold process starts (`mcp-code-mode run -` with print(1))");
+        cold_starts(plan.cold_runs).await.map_err(failed)
+    } else {
+        not_run()
+    };
+    let heavy = if want(6) {
+        progress(&format!("{HEAVY} in fresh sandboxes"));
+        heavy_loop(plan.heavy_runs).await.map_err(failed)
+    } else {
+        not_run()
+    };
+    let peer = if want(7) {
+        peer_rows(&plan).await
+    } else {
+        PeerResults {
+            cold: not_run(),
+            warm_pipe: not_run(),
+            warm_in_process: not_run(),
+            heavy: not_run(),
+            rss: None,
+        }
+    };
     let load_after = load_average();
 
     let speedup = ratio(p50(&plain), p50(&snap));
     let spaced_vs_peer = ratio(p50(&server.spaced), p50(&peer.warm_pipe));
-    let overhead = match (p50(&tools.through_us), p50(&tools.direct)) {
-        (Some(a), Some(b)) => Some(a - b),
-        _ => None,
-    };
+    let overhead = difference(p50(&tools.through_us), p50(&tools.direct));
     let cold_vs_peer = ratio(p50(&cold), p50(&peer.cold));
     let heavy_vs_peer = ratio(p50(&heavy), p50(&peer.heavy));
-    let pool_cost = match (p50(&server.rss_pool2), p50(&server.rss_pool0)) {
-        (Some(a), Some(b)) => Some(a - b),
-        _ => None,
-    };
-    let times = |r: Option<f64>, what: &str| r.map(|r| format!("{r:.2}× {what}"));
+    let pool_cost = difference(p50(&server.rss_pool2), p50(&server.rss_pool0));
+    let compared = |r: Option<f64>, what: &str| r.map(|r| format!("{} {what}", times(r)));
 
     let mut rows = vec![
         Row::sampled(
+            1,
             "1. fresh sandbox ready, from the snapshot",
             "ms",
             "≤ 50 ms p50",
             &snap,
-            speedup.map(|s| format!("{s:.1}× faster than booting")),
+            speedup.map(|s| format!("{} faster than booting", times(s))),
         ),
         Row::sampled(
+            1,
             "1. fresh sandbox ready, booting without snapshot",
             "ms",
             "(comparison)",
@@ -881,16 +961,18 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
             None,
         ),
         Row::sampled(
+            2,
             format!(
-                "2a. `execute_code(\"print(1)\")` over MCP stdio, warm, calls {} ms apart (fresh sandbox each)",
+                "2a. `execute_code(\"print(1)\")` over MCP stdio, warm: calls {} ms apart, fresh sandbox each",
                 server.gap.as_millis()
             ),
             "ms",
             format!("≤ 1.5 ms p50 (peer: {PEER_REFERENCE_MS} ms reusing one instance)"),
             &server.spaced,
-            times(spaced_vs_peer, "the Deno peer's warm round trip"),
+            compared(spaced_vs_peer, "the Deno peer's warm round trip"),
         ),
         Row::sampled(
+            2,
             "2b. `execute_code(\"print(1)\")` over MCP stdio, back to back (pool drained)",
             "ms",
             "(restore-bound throughput)",
@@ -898,6 +980,7 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
             p50(&server.back_to_back).map(|p| format!("≈ {:.0} calls/s, one at a time", 1000.0 / p)),
         ),
         Row::sampled(
+            3,
             "3. `get-sum` called directly (rmcp client → server-everything)",
             "ms",
             "(baseline)",
@@ -905,6 +988,7 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
             None,
         ),
         Row::sampled(
+            3,
             "3. `tools.everything.get_sum(a=1, b=2)` from Python (sandbox → hub → server-everything)",
             "ms",
             "overhead ≤ 0.5 ms p50",
@@ -912,20 +996,23 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
             overhead.map(|o| format!("overhead {o:+.2} ms p50")),
         ),
         Row::sampled(
+            4,
             "4. cold process start to first result (`mcp-code-mode run -`, `print(1)`)",
             "ms",
             "≤ 400 ms p50",
             &cold,
-            times(cold_vs_peer, "the Deno peer's cold start"),
+            compared(cold_vs_peer, "the Deno peer's cold start"),
         ),
         Row::sampled(
+            5,
             "5. server RSS, idle, pool of 2 ready (`serve --pool-size 2`)",
             "MiB",
             "≤ 150 MiB",
             &server.rss_pool2,
-            pool_cost.map(|c| format!("{c:+.1} MiB over pool 0 ({:.1} MiB per sandbox)", c / 2.0)),
+            pool_cost.map(|c| format!("{c:+.1} MiB over no pool ({:.1} MiB per sandbox)", c / 2.0)),
         ),
         Row::sampled(
+            5,
             "5. server RSS, idle, no pool (`serve --pool-size 0`)",
             "MiB",
             "(comparison)",
@@ -935,7 +1022,7 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
     ];
     let mut notes = Vec::new();
     let growth_name = format!(
-        "5. server RSS over {} executions (pool of 2, idle readings)",
+        "5. server RSS over {} executions (pool of 2, read when idle)",
         plan.executions
     );
     match &server.growth {
@@ -946,6 +1033,7 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
             let slope = slope_per_1000(points);
             let late = slope_per_1000(&points[points.len() / 2..]);
             rows.push(Row {
+                group: 5,
                 name: growth_name,
                 n: points.len().to_string(),
                 p50: format!("{first:.1} → {last:.1} MiB"),
@@ -954,13 +1042,18 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
                 compare: format!("slope {slope:+.2} MiB / 1000 runs (second half {late:+.2})"),
             });
             let series: Vec<String> = points.iter().map(|(n, r)| format!("{n}: {r:.1}")).collect();
-            notes.push(format!(
-                "RSS series (executions: MiB, read once the server is idle again): {}. Each run is `{}`.",
-                series.join(", "),
-                GROWTH_SCRIPT.replace('\n', "; ")
+            notes.push((
+                5,
+                format!(
+                    "RSS growth (row 5): executions → MiB, each read once the server is idle again \
+                     (pool refilled): {}. Each run is `{}`, sent back to back.",
+                    series.join(", "),
+                    GROWTH_SCRIPT.replace('\n', "; ")
+                ),
             ));
         }
         Err(why) => rows.push(Row {
+            group: 5,
             name: growth_name,
             n: "—".into(),
             p50: why.clone(),
@@ -970,13 +1063,15 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
         }),
     }
     rows.push(Row::sampled(
-        format!("6. `{HEAVY}`, `duration_ms` of the outcome"),
+        6,
+        format!("6. `{HEAVY}`, `duration_ms` of the outcome (fresh sandbox each)"),
         "ms",
         "≤ 100 ms p50",
         &heavy,
-        times(heavy_vs_peer, "the Deno peer (same loop, in-process)"),
+        compared(heavy_vs_peer, "the Deno peer (same loop, in-process)"),
     ));
     rows.push(Row::sampled(
+        7,
         "7. Deno + Pyodide peer: cold, `deno run` to the result of `print(1)`",
         "ms",
         "(peer)",
@@ -984,6 +1079,7 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
         None,
     ));
     rows.push(Row::sampled(
+        7,
         "7. Deno + Pyodide peer: warm, one JSON line over stdin/stdout per `print(1)` (instance reused)",
         "ms",
         format!("(peer; issue quotes {PEER_REFERENCE_MS} ms)"),
@@ -991,79 +1087,146 @@ pub async fn run(quick: bool) -> anyhow::Result<()> {
         None,
     ));
     rows.push(Row::sampled(
+        7,
         "7. Deno + Pyodide peer: warm, `runPython(\"print(1)\")` timed inside Deno",
         "ms",
         "(peer, in-process)",
         &peer.warm_in_process,
         None,
     ));
+    rows.retain(|r| want(r.group));
 
+    let versus = |a: Option<f64>, b: Option<f64>| ratio(a, b).map(times).unwrap_or("n/a".into());
+    if let Some(s) = speedup {
+        notes.push((
+            1,
+            format!(
+                "Snapshot speed-up (row 1, p50): {} (restoring Pyodide's memory vs booting it).",
+                times(s)
+            ),
+        ));
+    }
+    notes.push((
+        2,
+        format!(
+            "Row 2: our binary as `serve --pool-size 2` (no config: plain Python) driven by an rmcp \
+             client; each sample is one `tools/call execute_code` request → response, on a fresh \
+             sandbox taken from the pool. 2a waits {} ms before each call so the pool is full again \
+             (2 × row 1's p95 + 100 ms, at least 400 ms); 2b sends the next call as soon as the last \
+             returns, so after two calls each one waits for a restore. Of 2a's p50, the \
+             sandbox's own `duration_ms` (job hand-off to report, inside the server) is {}; the \
+             rest is MCP, stdio and taking the sandbox from the pool.",
+            server.gap.as_millis(),
+            fmt_opt(p50(&server.spaced_inside)),
+        ),
+    ));
+    if want(2) && want(7) {
+        notes.push((
+            2,
+            format!(
+                "Warm round trip, compared: ours (2a) p50 {} vs the Deno peer's p50 {} over a pipe \
+                 ({}) and {} in-process ({}); against the issue's {PEER_REFERENCE_MS} ms: {}. \
+                 The fair pairing is 2a against the peer's pipe row: both time a request written by \
+                 another process to a long-running server's stdin until the reply (with the captured \
+                 stdout) is read back. Ours also speaks MCP JSON-RPC and restores a fresh sandbox per \
+                 call; the peer answers a bare JSON line and reuses one Pyodide instance (state \
+                 carries over between calls).",
+                fmt_opt(p50(&server.spaced)),
+                fmt_opt(p50(&peer.warm_pipe)),
+                versus(p50(&server.spaced), p50(&peer.warm_pipe)),
+                fmt_opt(p50(&peer.warm_in_process)),
+                versus(p50(&server.spaced), p50(&peer.warm_in_process)),
+                versus(p50(&server.spaced), Some(PEER_REFERENCE_MS)),
+            ),
+        ));
+    }
+    notes.push((
+        3,
+        format!(
+            "Tool-call overhead (row 3): Python's `time.perf_counter()` around each \
+             `tools.everything.get_sum(a=1, b=2)` (one sandbox, {n} calls after 20 unmeasured) minus \
+             an rmcp client's own `get-sum` round trip to a second server-everything process \
+             ({n} calls after 20 unmeasured): {} p50 (target ≤ 0.5 ms).",
+            overhead
+                .map(|o| format!("{o:+.2} ms"))
+                .unwrap_or_else(|| "n/a".into()),
+            n = plan.tool_calls,
+        ),
+    ));
+    notes.push((
+        4,
+        format!(
+            "Cold start (row 4, p50): ours {} vs Deno + Pyodide {} = {}. Each sample is a new \
+             process, spawn to exit, stdout checked (one unmeasured run first). Ours restores the \
+             embedded snapshot; the peer loads Pyodide from node_modules with `deno run \
+             --cached-only --allow-read=<peer dir>` (no network permission) and runs `print(1)`.",
+            fmt_opt(p50(&cold)),
+            fmt_opt(p50(&peer.cold)),
+            versus(p50(&cold), p50(&peer.cold)),
+        ),
+    ));
+    if let Some(c) = pool_cost {
+        notes.push((
+            5,
+            format!(
+                "Memory (row 5): VmRSS of the `serve` process once idle after its first calls \
+                 (3 with a pool of 2, 1 without); a pool of 2 costs {c:+.1} MiB over no pool.{}",
+                peer.rss
+                    .map(|r| format!(" The Deno peer holding one Pyodide instance: {r:.1} MiB."))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    let peer_first_heavy = peer.heavy.as_ref().ok().and_then(|h| h.first().copied());
+    notes.push((
+        6,
+        format!(
+            "Heavy loop (row 6, p50): ours {} (each run in a fresh sandbox; `duration_ms` from job \
+             hand-off to report) vs the Deno peer {} (`runPython` timed inside Deno, the same \
+             instance each time; its first run took {}) = {}.",
+            fmt_opt(p50(&heavy)),
+            fmt_opt(p50(&peer.heavy)),
+            fmt_opt(peer_first_heavy),
+            versus(p50(&heavy), p50(&peer.heavy)),
+        ),
+    ));
+    if let Some(deno) = peer.rss.and(deno_version()) {
+        notes.push((
+        7,
+        format!(
+            "Deno peer (row 7): deno {} and pyodide {PYODIDE_VERSION} from {} (bench/peer/setup.sh), \
+             script bench/peer/peer.mjs; `deno run --cached-only --no-prompt --no-config \
+             --allow-read=<that folder>`: no network, env or write permission.",
+            deno,
+            peer_dir().display()
+        ),
+    ));
+    }
+    notes.sort_by_key(|(group, _)| *group);
+    let mut notes: Vec<String> = notes
+        .into_iter()
+        .filter(|(group, _)| want(*group))
+        .map(|(_, note)| note)
+        .collect();
     notes.insert(
         0,
         format!(
             "Machine: {}; load average {load_before} before, {load_after} after; {:.0} s in all{}. \
-             Everything above was measured in this one run.",
+             Everything here was measured in this one run.",
             machine(),
             started.elapsed().as_secs_f64(),
             if quick { "; --quick (few samples)" } else { "" }
         ),
     );
-    if let Some(s) = speedup {
-        notes.push(format!(
-            "Snapshot speed-up (p50): {s:.1}× (restoring Pyodide's memory vs booting it)."
-        ));
-    }
-    notes.push(format!(
-        "Row 2: our binary as `serve --pool-size 2` (no config: plain Python) driven by an rmcp client; \
-         each sample is one `tools/call execute_code` request → response, on a fresh sandbox taken \
-         from the pool. 2a waits {} ms before each call so the pool is full again (2 × the snapshot \
-         start's p95 + 100 ms, at least 400 ms); 2b sends the next call as soon as the last returns, \
-         so after two calls each one waits for a restore.",
-        server.gap.as_millis()
-    ));
-    let versus = |a: Option<f64>, b: Option<f64>| match ratio(a, b) {
-        Some(r) => format!("{r:.2}×"),
-        None => "n/a".into(),
-    };
-    notes.push(format!(
-        "Warm round trip, compared: ours (2a) p50 {} vs the Deno peer's p50 {} over a pipe \
-         ({}) and {} in-process ({}); the issue's reference is {PEER_REFERENCE_MS} ms ({}). \
-         The fair pairing is 2a against the peer's pipe row: both time a request written by another \
-         process to a long-running server's stdin until the reply (with the captured stdout) is read \
-         back. Ours also speaks MCP JSON-RPC and restores a fresh sandbox per call; the peer answers \
-         a bare JSON line and reuses one Pyodide instance (state carries over between calls).",
-        fmt_opt(p50(&server.spaced)),
-        fmt_opt(p50(&peer.warm_pipe)),
-        versus(p50(&server.spaced), p50(&peer.warm_pipe)),
-        fmt_opt(p50(&peer.warm_in_process)),
-        versus(p50(&server.spaced), p50(&peer.warm_in_process)),
-        versus(p50(&server.spaced), Some(PEER_REFERENCE_MS)),
-    ));
-    notes.push(format!(
-        "Tool-call overhead (row 3): Python's `time.perf_counter()` around each \
-         `tools.everything.get_sum(a=1, b=2)` minus an rmcp client's own `get-sum` round trip to a \
-         second server-everything process: {} p50 (target ≤ 0.5 ms).",
-        overhead
-            .map(|o| format!("{o:+.2} ms"))
-            .unwrap_or_else(|| "n/a".into())
-    ));
-    notes.push(format!(
-        "Cold start (p50): ours {} vs Deno + Pyodide {} = {}. Ours restores the embedded snapshot; \
-         the peer loads Pyodide from node_modules with `deno run --cached-only --allow-read=<peer dir>` \
-         (no network permission) and runs `print(1)`.",
-        fmt_opt(p50(&cold)),
-        fmt_opt(p50(&peer.cold)),
-        versus(p50(&cold), p50(&peer.cold)),
-    ));
-    notes.push(format!(
-        "Heavy loop (p50): ours {} (a fresh sandbox, `duration_ms` from job hand-off to report) vs \
-         the Deno peer {} (`runPython` timed inside Deno) = {}.",
-        fmt_opt(p50(&heavy)),
-        fmt_opt(p50(&peer.heavy)),
-        versus(p50(&heavy), p50(&peer.heavy)),
-    ));
     print_table(&rows, &notes);
     Ok(())
+}
+
+/// The peer's deno version, from its npm package.
+fn deno_version() -> Option<String> {
+    let text = std::fs::read_to_string(peer_dir().join("node_modules/deno/package.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["version"].as_str().map(str::to_owned)
 }
 
 fn fmt_opt(v: Option<f64>) -> String {

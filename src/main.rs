@@ -47,6 +47,9 @@ struct BenchArgs {
     /// Fewer samples: a quick look rather than the figures for the README.
     #[arg(long)]
     quick: bool,
+    /// Measure only these rows of the table (1-7), e.g. `--only 2,7`.
+    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=7))]
+    only: Vec<u8>,
 }
 
 #[derive(Args)]
@@ -166,7 +169,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve(args).await,
             Command::Parity(args) => mcp_code_mode::parity::main(args).await,
             Command::Bench(args) => {
-                mcp_code_mode::bench::run(args.quick).await?;
+                mcp_code_mode::bench::run(args.quick, &args.only).await?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Debug(args) => {

@@ -3,5 +3,6 @@
 mod cli;
 mod engine;
 mod hub;
+mod parity;
 mod server;
 mod util;

@@ -49,13 +49,14 @@ pub(super) async fn spawn(
     let (handle_tx, handle_rx) = oneshot::channel();
 
     let entropy = super::entropy_source(config.seed)?;
-    let settings_json = super::boot_settings(
+    let mut settings = super::boot_settings(
         &limits,
         config.seed,
         config.snapshot.is_some(),
         make_snapshot.is_some(),
-    )
-    .to_string();
+    );
+    settings["warmUp"] = config.warm_up.into();
+    let settings_json = settings.to_string();
     let lifecycle = Lifecycle {
         settings_json,
         ready: Some(ready_tx),

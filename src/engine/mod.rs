@@ -54,6 +54,9 @@ pub struct SandboxConfig {
     /// Restore this Pyodide memory snapshot instead of booting (the embedded one by default;
     /// None boots from scratch, for comparison and debugging).
     pub snapshot: Option<&'static [u8]>,
+    /// Run a silent job while booting, so the first real job skips first-time compilation
+    /// (~10 ms). Worth it for sandboxes booted ahead of demand (the pool), not for one-off runs.
+    pub warm_up: bool,
 }
 
 impl SandboxConfig {
@@ -64,6 +67,7 @@ impl SandboxConfig {
             tools: Arc::new(crate::bridge::NoTools),
             live_output: None,
             snapshot: crate::assets::SNAPSHOT,
+            warm_up: false,
         }
     }
 }

@@ -37,6 +37,7 @@ impl Pool {
     fn config(&self) -> SandboxConfig {
         SandboxConfig {
             snapshot: self.snapshot,
+            warm_up: true,
             ..SandboxConfig::new(self.limits)
         }
     }

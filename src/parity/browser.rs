@@ -63,7 +63,10 @@ pub fn find_chromium(explicit: Option<&Path>) -> Result<PathBuf, String> {
         return if path.is_file() {
             Ok(path.to_path_buf())
         } else {
-            Err(format!("--chromium {}: no such file", path.display()))
+            Err(format!(
+                "--chromium {}: no such file (install Chromium with `apt-get install chromium`)",
+                path.display()
+            ))
         };
     }
     let names = [
@@ -345,7 +348,8 @@ type Reply = Result<Value, String>;
 
 #[derive(Default)]
 struct CdpState {
-    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    /// Commands awaiting their answer, with the session they were sent to.
+    pending: HashMap<u64, (String, oneshot::Sender<Reply>)>,
     /// One-shot event subscriptions: (session, method, where to send its params).
     waiters: Vec<(String, String, oneshot::Sender<Value>)>,
     /// Why the connection ended, once it has.
@@ -403,7 +407,7 @@ impl Cdp {
                 };
             };
             let mut state = lock(&reader_state);
-            for (_, tx) in state.pending.drain() {
+            for (_, (_, tx)) in state.pending.drain() {
                 let _ = tx.send(Err(reason.clone()));
             }
             state.waiters.clear();
@@ -435,7 +439,9 @@ impl Cdp {
             if let Some(reason) = &state.closed {
                 return Err(BrowserError::Connection(reason.clone()));
             }
-            state.pending.insert(id, tx);
+            state
+                .pending
+                .insert(id, (session.unwrap_or_default().to_owned(), tx));
         }
         let sent = self
             .outgoing
@@ -486,7 +492,7 @@ fn dispatch(state: &Mutex<CdpState>, text: &str) {
     };
     let mut state = lock(state);
     if let Some(id) = message.get("id").and_then(Value::as_u64) {
-        if let Some(tx) = state.pending.remove(&id) {
+        if let Some((_, tx)) = state.pending.remove(&id) {
             let reply = match message.get("error") {
                 Some(error) => Err(error
                     .get("message")
@@ -507,8 +513,32 @@ fn dispatch(state: &Mutex<CdpState>, text: &str) {
         .get("sessionId")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    if method == "Inspector.targetCrashed" || method == "Target.targetCrashed" {
-        tracing::warn!("chromium: a tab crashed ({text})");
+    if method == "Inspector.targetCrashed" || method == "Target.detachedFromTarget" {
+        // A crashed or closed tab never answers: fail what waits on it now, not at its timeout.
+        let gone = message
+            .pointer("/params/sessionId")
+            .and_then(Value::as_str)
+            .unwrap_or(session)
+            .to_owned();
+        let reason = if method == "Inspector.targetCrashed" {
+            "the tab crashed"
+        } else {
+            "the tab was closed"
+        };
+        if method == "Inspector.targetCrashed" {
+            tracing::warn!("chromium: {reason} (session {gone})");
+        }
+        let ids: Vec<u64> = state
+            .pending
+            .iter()
+            .filter(|(_, (s, _))| *s == gone)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Some((_, tx)) = state.pending.remove(&id) {
+                let _ = tx.send(Err(reason.to_owned()));
+            }
+        }
     }
     if let Some(at) = state
         .waiters

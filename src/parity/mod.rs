@@ -2,8 +2,9 @@
 //! the reference runtime, and compares what they did byte for byte.
 //!
 //! Both hosts load the same `js/runner.js`, the same `js/codemode.py` and the same pinned Pyodide
-//! files, boot with the same settings (memory cap, Pyodide `env`, hash seed) and draw their
-//! randomness from the same seeded ChaCha20 stream. The browser's tool calls come back over a
+//! files, restore the same memory snapshot (or both boot fresh), boot with the same settings
+//! (`engine::boot_settings`: memory cap, Pyodide `env`, hash seed) and draw their randomness from
+//! the same seeded stream (`engine::entropy_source`). The browser's tool calls come back over a
 //! loopback HTTP endpoint to the same kind of hub the V8 host uses, started fresh for each run
 //! against a freshly emptied scratch folder, so both hosts see the same downstream state.
 //!
@@ -21,7 +22,7 @@ pub use compare::{compare, BrowserFacts, Comparison, FieldDiff, Inherent, Verdic
 use crate::bridge::{NoTools, ToolCallRecord, ToolHost};
 use crate::config::{self, Config};
 use crate::engine::{ErrorInfo, Job, Limits, Sandbox, SandboxConfig};
-use crate::hub::Hub;
+use crate::hub::{Hub, ServerState};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 use serde_json::Value;
@@ -222,6 +223,17 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
         "\nparity: {} script(s): {same} same, {different} different, {inherent} inherent, {errors} could not run ({:.1} s)",
         reports.len(),
         started.elapsed().as_secs_f64()
+    );
+    let count = |pick: fn(&ScriptReport) -> &Vec<ToolCallRecord>| {
+        let calls = reports.iter().flat_map(|r| pick(r).iter());
+        let ok = calls.clone().filter(|c| c.ok).count();
+        (calls.count(), ok)
+    };
+    let ((v8_calls, v8_ok), (browser_calls, browser_ok)) =
+        (count(|r| &r.tool_calls.0), count(|r| &r.tool_calls.1));
+    let _ = writeln!(
+        out,
+        "tool calls: {v8_calls} in V8 ({v8_ok} succeeded), {browser_calls} in Chromium ({browser_ok} succeeded)"
     );
     Ok(if same == reports.len() {
         ExitCode::SUCCESS
@@ -569,7 +581,20 @@ impl Runner {
         if let Err(e) = std::fs::create_dir_all(&self.scratch) {
             tracing::warn!("cannot make {}: {e}", self.scratch.display());
         }
-        Some(Hub::start(Some(config)).await)
+        let hub = Hub::start(Some(config)).await;
+        for status in hub.status() {
+            if !matches!(
+                status.state,
+                ServerState::Running { .. } | ServerState::Disabled
+            ) {
+                tracing::warn!(
+                    "parity: MCP server \"{}\" is {}: scripts calling it will fail alike in both hosts",
+                    status.name,
+                    status.state
+                );
+            }
+        }
+        Some(hub)
     }
 }
 
@@ -612,10 +637,13 @@ fn human_duration(d: Duration) -> String {
     }
 }
 
-/// The tools each host called, in order, with success: the same calls must reach the servers.
+/// The tools each host called, with success: the same calls must reach the servers. Compared as a
+/// multiset, in sorted order: the log records calls as they complete, and calls a script runs
+/// concurrently (asyncio.gather) complete in an order set by the servers' timing, not the host.
+/// What a script does with the results is still compared byte for byte through its output.
 fn add_tool_call_diff(c: &mut Comparison, v8: &[ToolCallRecord], browser: &[ToolCallRecord]) {
     let text = |calls: &[ToolCallRecord]| -> String {
-        calls
+        let mut lines: Vec<String> = calls
             .iter()
             .map(|r| {
                 format!(
@@ -625,7 +653,9 @@ fn add_tool_call_diff(c: &mut Comparison, v8: &[ToolCallRecord], browser: &[Tool
                     if r.ok { "ok" } else { "error" }
                 )
             })
-            .collect()
+            .collect();
+        lines.sort();
+        lines.concat()
     };
     let (a, b) = (text(v8), text(browser));
     if a == b {

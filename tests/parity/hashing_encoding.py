@@ -18,5 +18,5 @@ print(base64.b64decode("SGVsbG8sIHdvcmxkIQ=="), binascii.hexlify(b"\x00\x10\xff"
 print(zlib.crc32(payload), zlib.adler32(payload), len(zlib.compress(payload, 9)))
 print(zlib.decompress(zlib.compress(payload)) == payload, len(gzip.decompress(gzip.compress(payload, mtime=0))))
 print(struct.pack("<IhQ?", 1, -2, 2**63, True), struct.unpack(">HHf", b"\x00\x01\x00\x02\x40\x49\x0f\xdb"))
-print(struct.calcsize("@iqc"), hashlib.pbkdf2_hmac("sha256", b"pw", b"salt", 1000).hex()[:32])
+print(struct.calcsize("@iqc"), hashlib.file_digest(__import__("io").BytesIO(payload), "sha256").hexdigest()[:32])
 {"sha256": hashlib.sha256(b"abc").hexdigest()}

@@ -8,7 +8,7 @@ print(f"{'name':<10}|{'value':>12}|{'count':>10}")
 for name, value, count in rows:
     print(f"{name:<10}|{value:>12.4g}|{count:>10,}")
 print(f"{255:#x} {255:08b} {0.25:.1%} {1234.5:_.2f} {'x':*^9} {-7:+d} {3e10:e}")
-print("{0[1]} {k.real} {!r:>8}".format(["a", "b"], "s", k=3 + 4j))
+print("{0[1]} {k.real} {1!r:>8}".format(["a", "b"], "s", k=3 + 4j))
 doc = ("Agents often have to wrap long text returned by a tool so that it fits in a narrow column, "
        "keeping words whole and indenting continuation lines consistently.")
 print(textwrap.fill(doc, width=40, initial_indent="* ", subsequent_indent="  "))
