@@ -346,7 +346,9 @@ impl Drop for Sandbox {
     }
 }
 
-fn human_duration(d: Duration) -> String {
+/// How a limit's duration is written in messages (`30 s`, `2.5 s`); the parity host uses it too, so
+/// a timeout reads the same in both hosts.
+pub fn human_duration(d: Duration) -> String {
     let secs = d.as_secs_f64();
     if secs.fract() == 0.0 {
         format!("{secs:.0} s")

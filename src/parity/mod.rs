@@ -552,7 +552,7 @@ impl Runner {
                         kind: "TimeoutError".into(),
                         message: format!(
                             "the script ran longer than its {} limit and was stopped",
-                            human_duration(self.limits.timeout)
+                            crate::engine::human_duration(self.limits.timeout)
                         ),
                         traceback: String::new(),
                     }),
@@ -624,16 +624,6 @@ fn runtime_error(message: String) -> ErrorInfo {
         kind: "RuntimeError".into(),
         message,
         traceback: String::new(),
-    }
-}
-
-/// As the V8 host words its timeout (src/engine/mod.rs), so a timeout reads the same in both.
-fn human_duration(d: Duration) -> String {
-    let secs = d.as_secs_f64();
-    if secs.fract() == 0.0 {
-        format!("{secs:.0} s")
-    } else {
-        format!("{secs:.1} s")
     }
 }
 
