@@ -40,5 +40,6 @@ checks!(
     kill_downstream,
     cancel,
     concurrent,
-    limits
+    limits,
+    list_changed
 );

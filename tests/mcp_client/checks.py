@@ -33,7 +33,24 @@ def expect(condition, message):
         raise CheckFailed(message)
 
 
-def setup(tmp: Path):
+# A real server on the official TypeScript SDK (from tests/fixtures) whose `add-tool` registers a
+# tool at run time, so the SDK sends notifications/tools/list_changed.
+CHANGER_JS = """
+const { McpServer } = require("@modelcontextprotocol/sdk/server/mcp.js");
+const { StdioServerTransport } = require("@modelcontextprotocol/sdk/server/stdio.js");
+const { z } = require("zod");
+const server = new McpServer({ name: "changer", version: "1.0.0" });
+server.registerTool("add-tool", { description: "Registers a tool called `name`", inputSchema: { name: z.string() } },
+  async ({ name }) => {
+    server.registerTool(name, { description: "added at run time" },
+      async () => ({ content: [{ type: "text", text: `${name} works` }] }));
+    return { content: [{ type: "text", text: "added" }] };
+  });
+server.connect(new StdioServerTransport());
+"""
+
+
+def setup(tmp: Path, with_changer=False):
     data = tmp / "data"
     (data / "notes").mkdir(parents=True)
     (data / "notes" / "alpha.txt").write_text("alpha line one\nalpha line two\n")
@@ -54,6 +71,13 @@ def setup(tmp: Path):
             "everything": {"command": "node", "args": [str(MODULES / "server-everything/dist/index.js"), "stdio"]},
         }
     }
+    if with_changer:
+        (tmp / "changer.cjs").write_text(CHANGER_JS)
+        config["mcpServers"]["changer"] = {
+            "command": "node",
+            "args": [str(tmp / "changer.cjs")],
+            "env": {"NODE_PATH": str(MODULES.parent)},
+        }
     config_path = tmp / "servers.json"
     config_path.write_text(json.dumps(config, indent=2))
     env = dict(os.environ, TEST_DATA_DIR=str(data.resolve()), TEST_MEMORY_FILE=str(tmp / "memory.jsonl"))
@@ -271,6 +295,33 @@ async def check_limits(client, data, tmp):
     expect(bad.is_error and "timeout_s" in "".join(c.text for c in bad.content), bad)
 
 
+async def check_list_changed(client, data, tmp):
+    # The client's message handler (installed in main) records notifications from our server.
+    description = lambda tools: next(t.description for t in tools.tools if t.name == "execute_code")
+    before = description(await client.list_tools())
+    expect("- changer (1 tools)" in before, before)
+    NOTIFICATIONS.clear()
+    report = ok(await execute(client, "tools.changer.add_tool(name='fresh-tool')"))
+    expect(report["result"] == "added", report)
+    with anyio.fail_after(10):
+        while "notifications/tools/list_changed" not in NOTIFICATIONS:
+            await anyio.sleep(0.05)
+    after = description(await client.list_tools())
+    expect("- changer (2 tools)" in after and "fresh_tool" in after, after)
+    report = ok(await execute(client, "tools.changer.fresh_tool()"))
+    expect(report["result"] == "fresh-tool works", report)
+
+
+NOTIFICATIONS = []
+
+
+async def record_notification(message):
+    root = getattr(message, "root", message)
+    method = getattr(root, "method", None)
+    if isinstance(method, str):
+        NOTIFICATIONS.append(method)
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 
@@ -282,9 +333,9 @@ async def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data, config_path, env = setup(tmp)
+        data, config_path, env = setup(tmp, with_changer=args.check == "list_changed")
         params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path)], env=env)
-        async with Client(params, mode=args.mode, read_timeout_seconds=60) as client:
+        async with Client(params, mode=args.mode, read_timeout_seconds=60, message_handler=record_notification) as client:
             await CHECKS[args.check](client, data, tmp)
             print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version})")
 
