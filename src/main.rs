@@ -296,7 +296,12 @@ fn print_tail(outcome: &Outcome) {
         }
     }
     if let Some(error) = &outcome.error {
-        if error.traceback.is_empty() {
+        if error.kind == "SystemExit" {
+            // As Python does: `sys.exit(3)` prints nothing, `sys.exit("bye")` prints "bye".
+            if error.message.parse::<i64>().is_err() {
+                eprintln!("{}", error.message);
+            }
+        } else if error.traceback.is_empty() {
             eprintln!("{}: {}", error.kind, error.message);
         } else {
             eprint!("{}", error.traceback);

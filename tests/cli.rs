@@ -206,3 +206,20 @@ fn debug_drives_the_server_end_to_end_and_prints_a_transcript() {
         "{transcript}"
     );
 }
+
+#[test]
+fn sys_exit_sets_the_exit_code_as_python_does() {
+    let out = cli(&["run", "-"], "print('bye')\nimport sys\nsys.exit(3)");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        (text(&out.stdout), text(&out.stderr)),
+        ("bye\n".into(), String::new())
+    );
+    let out = cli(&["run", "-"], "import sys\nsys.exit('fatal: no input')");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stderr), "fatal: no input\n");
+    assert_eq!(
+        cli(&["run", "-"], "import sys\nsys.exit(0)").status.code(),
+        Some(0)
+    );
+}
