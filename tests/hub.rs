@@ -15,6 +15,14 @@ fn fixtures() -> PathBuf {
 }
 
 /// A server run as `node <package's bin> <args>`.
+/// server-memory keeping its graph in `dir` (each test its own, so tests cannot see each other's).
+fn memory_server(dir: &std::path::Path) -> ServerConfig {
+    let mut memory = node_server("memory", "server-memory", &[]);
+    let file = dir.join("memory.jsonl").to_string_lossy().into_owned();
+    memory.env.insert("MEMORY_FILE_PATH".into(), file);
+    memory
+}
+
 fn node_server(name: &str, package: &str, args: &[&str]) -> ServerConfig {
     let entry = fixtures()
         .join("node_modules/@modelcontextprotocol")
@@ -133,15 +141,7 @@ async fn three_real_servers_catalog_calls_and_shutdown() {
     let root_path = root.path().canonicalize().expect("canonical temp dir");
     std::fs::write(root_path.join("hello.txt"), "hello from a file\n").expect("write");
     let memory_dir = tempfile::tempdir().expect("temp dir");
-    let mut memory = node_server("memory", "server-memory", &[]);
-    memory.env.insert(
-        "MEMORY_FILE_PATH".into(),
-        memory_dir
-            .path()
-            .join("memory.jsonl")
-            .to_string_lossy()
-            .into_owned(),
-    );
+    let memory = memory_server(memory_dir.path());
     let mut off = node_server("off", "server-memory", &[]);
     off.disabled = true;
     let config = config(vec![
@@ -394,15 +394,7 @@ async fn failing_servers_do_not_block_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_is_restarted() {
     let memory_dir = tempfile::tempdir().expect("temp dir");
-    let mut memory = node_server("memory", "server-memory", &[]);
-    memory.env.insert(
-        "MEMORY_FILE_PATH".into(),
-        memory_dir
-            .path()
-            .join("memory.jsonl")
-            .to_string_lossy()
-            .into_owned(),
-    );
+    let memory = memory_server(memory_dir.path());
     let config = config(vec![
         node_server("everything", "server-everything", &[]),
         memory,
