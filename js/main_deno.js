@@ -4,6 +4,8 @@
  * One sandbox, one job: boot Pyodide, tell Rust it is ready, wait for the job, run it, report the
  * outcome, end. A sandbox is never reused, so no state leaks from one script into the next.
  *
+ * The outcome is reported with the token that came with the job, which only this module holds.
+ *
  * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_next_job, op_sandbox_report,
  *           op_output_write, op_tools_call, op_tools_catalog (and host_deno.js's own).
  */
@@ -13,6 +15,11 @@ import createPyodideModule from "../pyodide/pyodide.asm.mjs";
 import { bootSandbox, runJob } from "./runner.js";
 
 const ops = globalThis.Deno.core.ops;
+// From here on the ops live only in closures (this module's and host_deno.js's). Pyodide's
+// modules have already looked for `Deno` (they evaluate first), and never use it.
+delete globalThis.Deno;
+delete globalThis.__bootstrap;
+if ("Deno" in globalThis || "__bootstrap" in globalThis) throw new Error("could not seal the sandbox's global");
 const settings = JSON.parse(ops.op_sandbox_settings());
 
 const host = {
@@ -34,5 +41,5 @@ try {
   throw e;
 }
 ops.op_sandbox_ready("");
-const job = JSON.parse(await ops.op_sandbox_next_job());
-ops.op_sandbox_report(await runJob(pyodide, job));
+const { token, job } = JSON.parse(await ops.op_sandbox_next_job());
+ops.op_sandbox_report(token, await runJob(pyodide, job));

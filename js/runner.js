@@ -12,20 +12,29 @@
 
 /**
  * Refuses linear-memory growth past `maxBytes`: Python then sees a clean MemoryError. V8's own
- * heap limits do not cover wasm memory, and Emscripten grows it through this one import.
+ * heap limits do not cover wasm memory. The check sits on the instance's memory itself, so every
+ * growth path is held to it (Emscripten's resize_heap and growMemory, which over-grow by up to
+ * 20% when they can), and both hosts refuse at exactly the same size.
  */
 function capWasmMemory(maxBytes) {
   const instantiate = WebAssembly.instantiate;
-  WebAssembly.instantiate = function (source, imports) {
-    const env = imports && imports.env;
-    if (env && typeof env.emscripten_resize_heap === "function" && !env.emscripten_resize_heap.capped) {
-      const grow = env.emscripten_resize_heap;
-      const capped = (requested) => ((requested >>> 0) > maxBytes ? 0 : grow(requested));
-      capped.capped = true;
-      capped.sig = grow.sig;
-      env.emscripten_resize_heap = capped;
+  WebAssembly.instantiate = async function (source, imports) {
+    const made = await instantiate.call(this, source, imports);
+    const instance = made instanceof WebAssembly.Instance ? made : made.instance;
+    const memory = instance && instance.exports.memory;
+    if (memory instanceof WebAssembly.Memory && !Object.hasOwn(memory, "grow")) {
+      const grow = memory.grow;
+      Object.defineProperty(memory, "grow", {
+        value(delta) {
+          const pages = Number(delta);
+          if (!(pages >= 0) || this.buffer.byteLength + pages * 65536 > maxBytes) {
+            throw new RangeError("WebAssembly.Memory.grow(): past the sandbox's memory cap");
+          }
+          return grow.call(this, pages);
+        },
+      });
     }
-    return instantiate.call(this, source, imports);
+    return made;
   };
 }
 

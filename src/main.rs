@@ -87,8 +87,8 @@ struct LimitArgs {
     /// Seconds a script may run before it is stopped.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = parse_timeout)]
     timeout: f64,
-    /// MiB of memory a sandbox may use (Pyodide's heap; V8's JS heap is capped separately at the same size).
-    #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..=16384))]
+    /// MiB of memory a sandbox may use in all: V8's JS heap gets a quarter, Python and buffers the rest.
+    #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(128..=16384))]
     memory_mb: u64,
     /// Bytes of stdout, and of stderr, kept; the rest is dropped with a notice saying how much.
     #[arg(long = "max-output", default_value_t = 1 << 20, value_name = "BYTES")]

@@ -4,5 +4,6 @@ mod cli;
 mod engine;
 mod hub;
 mod parity;
+mod sandbox;
 mod server;
 mod util;

@@ -8,21 +8,32 @@
 //!   tools    `op_tools_catalog`, `op_tools_call`          js/main_deno.js -> codemode.py
 //!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
 //!   wasm     `op_wasm_cached_module`, `op_wasm_cache_module`   js/host_deno.js
+//!   memory   `op_memory_charge`                           js/host_deno.js
 //!
-//! **Invariant:** every op validates its own arguments. Python reaches all of JS (and so every op)
-//! whatever we hide, so an op never trusts its caller: asset reads serve only the pinned files.
+//! **Invariant:** the sandbox's JS holds the ops in closures and deletes `globalThis.Deno` before
+//! any script runs; even so, every op validates its own arguments as if a script called it, and
+//! every deno_core built-in the sandbox does not use is disabled ([`KEPT_DENO_CORE_OPS`]).
+//! **Invariant:** boot-only ops (asset reads, the snapshot, the wasm cache, settings) refuse once
+//! the sandbox is ready; one-shot ops (ready, next job, report) act once; the outcome is accepted
+//! only with the token handed to the runner with the job.
+//! **Invariant:** every host-side copy an op makes of its arguments is charged to the sandbox's
+//! [`memory::MemoryBudget`] before it is made, or refused.
 //! Ops are thin: they take what they need from `OpState` and call plain Rust.
 
+pub mod memory;
 pub mod output;
 pub mod signature;
 pub mod tools;
 
-use deno_core::{op2, v8, OpState};
+use deno_core::{op2, v8, OpDecl, OpState};
 use deno_error::JsErrorBox;
+use memory::MemoryBudget;
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
+use std::cell::Cell;
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -40,10 +51,95 @@ pub struct Clock(pub Instant);
 /// The lifecycle channels between the sandbox thread's JS and its `Sandbox` handle.
 pub struct Lifecycle {
     /// JSON read once by main_deno.js: Pyodide's env, the memory cap, the Python prelude.
-    pub settings_json: String,
+    pub settings_json: Option<String>,
     pub ready: Option<oneshot::Sender<Result<(), String>>>,
     pub job: Option<oneshot::Receiver<String>>,
     pub outcome: Option<oneshot::Sender<String>>,
+    /// Handed to the runner with the job; the outcome is accepted only with it, so a script
+    /// cannot report an outcome of its own.
+    pub report_token: String,
+}
+
+impl Lifecycle {
+    pub fn new(
+        settings_json: String,
+        ready: oneshot::Sender<Result<(), String>>,
+        job: oneshot::Receiver<String>,
+        outcome: oneshot::Sender<String>,
+    ) -> Self {
+        let mut token = [0u8; 16];
+        // Not from `Entropy`: the script's seeded stream must not depend on the token.
+        let _ = getrandom::fill(&mut token);
+        Self {
+            settings_json: Some(settings_json),
+            ready: Some(ready),
+            job: Some(job),
+            outcome: Some(outcome),
+            report_token: token.iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+}
+
+/// The sandbox's memory budget, shared with its isolate's array-buffer allocator.
+pub struct Memory(pub Arc<MemoryBudget>);
+
+thread_local! {
+    /// True until Pyodide is ready: boot-only ops work, and V8 may compile wasm. One isolate per
+    /// thread, each on a fresh thread, so this is the isolate's own phase.
+    static BOOTING: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Whether this thread's sandbox is still booting (see [`BOOTING`]).
+pub fn booting() -> bool {
+    BOOTING.with(Cell::get)
+}
+
+fn boot_only(op: &'static str) -> Result<(), JsErrorBox> {
+    if booting() {
+        Ok(())
+    } else {
+        Err(JsErrorBox::type_error(format!(
+            "{op} works only while the sandbox boots"
+        )))
+    }
+}
+
+/// deno_core's own ops the sandbox keeps: what its event loop, timers and promise machinery call,
+/// and `op_void_async_deferred` (host_deno.js's zero-delay timers). Every other built-in
+/// (`op_print`, `op_panic`, `op_eval_context`, file and resource ops, ...) is disabled.
+pub const KEPT_DENO_CORE_OPS: &[&str] = &[
+    "op_void_async_deferred",
+    "op_timer_now",
+    "op_timer_schedule",
+    "op_timer_track",
+    "op_timer_untrack",
+    "op_encode",
+    "op_run_microtasks",
+    "op_dispatch_exception",
+    "op_drain_pending_rejections",
+    "op_immediate_check",
+    "op_event_loop_has_more_work",
+    "op_ref_op",
+    "op_unref_op",
+    "op_set_captured_bootstrap",
+    "op_get_ext_import_meta_proto",
+    "op_get_extras_binding_object",
+];
+
+/// The extension's op middleware: runs over every op in the isolate, deno_core's included.
+fn only_sandbox_ops(op: OpDecl) -> OpDecl {
+    static OURS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        codemode_bridge::init()
+            .ops
+            .iter()
+            .map(|op| op.name)
+            .collect()
+    });
+    if OURS.contains(&op.name) || KEPT_DENO_CORE_OPS.contains(&op.name) {
+        op
+    } else {
+        op.disable()
+    }
 }
 
 /// The memory snapshot to restore, or where to send the one made (build time).
@@ -71,7 +167,9 @@ deno_core::extension!(
         op_snapshot_save,
         op_wasm_cached_module,
         op_wasm_cache_module,
+        op_memory_charge,
     ],
+    middleware = only_sandbox_ops,
 );
 
 fn no_such_asset(path: &str) -> JsErrorBox {
@@ -83,6 +181,7 @@ fn no_such_asset(path: &str) -> JsErrorBox {
 #[op2]
 #[buffer]
 fn op_assets_read(#[string] path: &str) -> Result<Vec<u8>, JsErrorBox> {
+    boot_only("op_assets_read")?;
     crate::assets::pyodide_file(path)
         .map(<[u8]>::to_vec)
         .ok_or_else(|| no_such_asset(path))
@@ -91,6 +190,7 @@ fn op_assets_read(#[string] path: &str) -> Result<Vec<u8>, JsErrorBox> {
 #[op2]
 #[string]
 fn op_assets_text(#[string] path: &str) -> Result<String, JsErrorBox> {
+    boot_only("op_assets_text")?;
     let bytes = crate::assets::pyodide_file(path).ok_or_else(|| no_such_asset(path))?;
     String::from_utf8(bytes.to_vec()).map_err(|_| no_such_asset(path))
 }
@@ -115,10 +215,17 @@ fn op_clock_now(state: &mut OpState) -> f64 {
 #[op2]
 #[string]
 fn op_text_decode(
+    state: &mut OpState,
     #[buffer] bytes: &[u8],
     #[string] encoding: &str,
     fatal: bool,
 ) -> Result<String, JsErrorBox> {
+    // The decoded copy is at most 3 bytes of UTF-8 per input byte (latin1: 2).
+    let _copy = state
+        .borrow::<Memory>()
+        .0
+        .reserve(bytes.len().saturating_mul(3))
+        .ok_or_else(|| JsErrorBox::range_error("TextDecoder: out of memory (--memory-mb)"))?;
     let invalid = || {
         JsErrorBox::type_error(format!(
             "The encoded data was not valid for encoding {encoding}"
@@ -175,13 +282,20 @@ fn op_output_write(
 
 #[op2]
 #[string]
-fn op_sandbox_settings(state: &mut OpState) -> String {
-    state.borrow::<Lifecycle>().settings_json.clone()
+fn op_sandbox_settings(state: &mut OpState) -> Result<String, JsErrorBox> {
+    boot_only("op_sandbox_settings")?;
+    state
+        .borrow_mut::<Lifecycle>()
+        .settings_json
+        .take()
+        .ok_or_else(|| JsErrorBox::generic("the sandbox's settings were already read"))
 }
 
-/// Called once by main_deno.js: an empty string when Pyodide is up, else why it is not.
+/// Called once by main_deno.js: an empty string when Pyodide is up, else why it is not. Ends the
+/// boot phase either way.
 #[op2(fast)]
 fn op_sandbox_ready(state: &mut OpState, #[string] error: &str) {
+    BOOTING.with(|booting| booting.set(false));
     if let Some(tx) = state.borrow_mut::<Lifecycle>().ready.take() {
         let _ = tx.send(if error.is_empty() {
             Ok(())
@@ -191,21 +305,40 @@ fn op_sandbox_ready(state: &mut OpState, #[string] error: &str) {
     }
 }
 
+/// The one job, as `{"token": ..., "job": ...}`: the token is what `op_sandbox_report` wants.
 #[op2]
 #[string]
 async fn op_sandbox_next_job(state: Rc<RefCell<OpState>>) -> Result<String, JsErrorBox> {
-    let job = state.borrow_mut().borrow_mut::<Lifecycle>().job.take();
+    let (job, token) = {
+        let mut state = state.borrow_mut();
+        let lifecycle = state.borrow_mut::<Lifecycle>();
+        (lifecycle.job.take(), lifecycle.report_token.clone())
+    };
     let job =
         job.ok_or_else(|| JsErrorBox::generic("this sandbox has already taken its one job"))?;
-    job.await
-        .map_err(|_| JsErrorBox::generic("the sandbox was discarded before it got a job"))
+    let job = job
+        .await
+        .map_err(|_| JsErrorBox::generic("the sandbox was discarded before it got a job"))?;
+    Ok(format!(r#"{{"token":"{token}","job":{job}}}"#))
 }
 
 #[op2(fast)]
-fn op_sandbox_report(state: &mut OpState, #[string] outcome_json: &str) {
-    if let Some(tx) = state.borrow_mut::<Lifecycle>().outcome.take() {
+fn op_sandbox_report(
+    state: &mut OpState,
+    #[string] token: &str,
+    #[string] outcome_json: &str,
+) -> Result<(), JsErrorBox> {
+    let lifecycle = state.borrow_mut::<Lifecycle>();
+    if lifecycle.report_token.is_empty() || token != lifecycle.report_token {
+        return Err(JsErrorBox::type_error(
+            "only the sandbox's runner reports the outcome",
+        ));
+    }
+    lifecycle.report_token.clear();
+    if let Some(tx) = lifecycle.outcome.take() {
         let _ = tx.send(outcome_json.to_owned());
     }
+    Ok(())
 }
 
 #[op2]
@@ -222,14 +355,24 @@ async fn op_tools_call(
     #[string] tool: String,
     #[string] arguments_json: String,
 ) -> String {
-    let bridge = state.borrow().borrow::<ToolBridge>().clone();
-    bridge.call_envelope(server, tool, &arguments_json).await
+    let (bridge, budget) = {
+        let state = state.borrow();
+        (
+            state.borrow::<ToolBridge>().clone(),
+            state.borrow::<Memory>().0.clone(),
+        )
+    };
+    bridge
+        .call_envelope(server, tool, arguments_json, &budget)
+        .await
 }
 
+/// The snapshot to restore, handed out once (a 31 MB copy).
 #[op2]
 #[buffer]
 fn op_snapshot_read(state: &mut OpState) -> Result<Vec<u8>, JsErrorBox> {
-    let snapshot = state.borrow::<SnapshotIo>().restore;
+    boot_only("op_snapshot_read")?;
+    let snapshot = state.borrow_mut::<SnapshotIo>().restore.take();
     snapshot
         .map(<[u8]>::to_vec)
         .ok_or_else(|| JsErrorBox::generic("this sandbox has no snapshot to restore"))
@@ -237,6 +380,9 @@ fn op_snapshot_read(state: &mut OpState) -> Result<Vec<u8>, JsErrorBox> {
 
 #[op2(fast)]
 fn op_snapshot_save(state: &mut OpState, #[buffer] bytes: &[u8]) {
+    if !booting() {
+        return;
+    }
     if let Some(tx) = state.borrow_mut::<SnapshotIo>().made.take() {
         let _ = tx.send(bytes.to_vec());
     }
@@ -250,6 +396,7 @@ static PYODIDE_WASM: std::sync::OnceLock<v8::CompiledWasmModule> = std::sync::On
 fn op_wasm_cached_module<'s>(scope: &mut v8::PinScope<'s, '_>) -> v8::Local<'s, v8::Value> {
     match PYODIDE_WASM
         .get()
+        .filter(|_| booting())
         .and_then(|compiled| v8::WasmModuleObject::from_compiled_module(scope, compiled))
     {
         Some(module) => module.into(),
@@ -259,6 +406,7 @@ fn op_wasm_cached_module<'s>(scope: &mut v8::PinScope<'s, '_>) -> v8::Local<'s, 
 
 #[op2(fast)]
 fn op_wasm_cache_module(module: v8::Local<v8::Value>) -> Result<(), JsErrorBox> {
+    boot_only("op_wasm_cache_module")?;
     let module: v8::Local<v8::WasmModuleObject> = module
         .try_into()
         .map_err(|_| JsErrorBox::type_error("expected a WebAssembly.Module"))?;
@@ -271,4 +419,28 @@ fn op_wasm_cache_module(module: v8::Local<v8::Value>) -> Result<(), JsErrorBox> 
     }
     let _ = PYODIDE_WASM.set(compiled);
     Ok(())
+}
+
+/// Charges memory V8 commits outside the array-buffer allocator (wasm memories and tables,
+/// resizable buffers) before host_deno.js lets it happen. False: over budget, refuse.
+///
+/// Dead ArrayBuffers still hold budget until V8 collects them, so a charge that does not fit runs
+/// a full GC and tries once more: whether a script gets `MemoryError` then depends on what it
+/// keeps, not on when the GC last ran (V8 does the same for its own buffer allocations).
+#[op2(fast)]
+fn op_memory_charge(scope: &mut v8::PinScope<'_, '_>, state: &mut OpState, bytes: f64) -> bool {
+    if !(bytes.is_finite() && bytes >= 0.0) {
+        return false;
+    }
+    // f64 -> usize saturates, so an absurd request is simply refused.
+    let bytes = bytes as usize;
+    let budget = state.borrow::<Memory>().0.clone();
+    if budget.try_charge(bytes) {
+        return true;
+    }
+    if bytes > budget.limit() {
+        return false;
+    }
+    scope.low_memory_notification();
+    budget.try_charge(bytes)
 }

@@ -4,9 +4,11 @@
 //! whoever creates it: the hub in production, a small in-memory host in tests. Nothing here knows
 //! V8, so the shaping of results is tested without an isolate.
 
+use super::memory::MemoryBudget;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,12 +82,23 @@ pub struct ToolCallRecord {
     pub ok: bool,
 }
 
+/// The most JSON one tool call's arguments may take. Larger ones are refused before they are
+/// parsed: a parsed `serde_json::Value` takes several times its text.
+pub const MAX_ARGUMENTS_BYTES: usize = 8 << 20;
+
+/// What a tool call's arguments are charged to the memory budget while the call is in flight:
+/// the JSON text and an allowance for its parsed form.
+const PARSED_ARGUMENTS_FACTOR: usize = 12;
+
 /// The bridge's per-sandbox tool state: the host (swappable until the job starts, so a pre-booted
 /// sandbox serves whoever takes it) and the log of calls made.
 #[derive(Clone)]
 pub struct ToolBridge {
     host: Arc<std::sync::RwLock<Arc<dyn ToolHost>>>,
     pub calls: Arc<std::sync::Mutex<Vec<ToolCallRecord>>>,
+    /// Calls started, finished or not: a slot is taken before a call begins, so the cap holds
+    /// however many calls run at once.
+    started: Arc<std::sync::atomic::AtomicUsize>,
     pub max_calls: usize,
 }
 
@@ -94,6 +107,7 @@ impl ToolBridge {
         Self {
             host: Arc::new(std::sync::RwLock::new(host)),
             calls: Default::default(),
+            started: Default::default(),
             max_calls: 1000,
         }
     }
@@ -112,10 +126,11 @@ impl ToolBridge {
         &self,
         server: String,
         tool: String,
-        arguments_json: &str,
+        arguments_json: String,
+        budget: &Arc<MemoryBudget>,
     ) -> String {
         let started = Instant::now();
-        let result = self.call(&server, &tool, arguments_json).await;
+        let result = self.call(&server, &tool, arguments_json, budget).await;
         let record = ToolCallRecord {
             server,
             tool,
@@ -137,15 +152,36 @@ impl ToolBridge {
         &self,
         server: &str,
         tool: &str,
-        arguments_json: &str,
+        arguments_json: String,
+        budget: &Arc<MemoryBudget>,
     ) -> Result<Value, ToolCallError> {
-        let made = self.calls.lock().unwrap_or_else(|p| p.into_inner()).len();
-        if made >= self.max_calls {
+        let slot = self
+            .started
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_calls).then_some(n + 1)
+            });
+        if slot.is_err() {
             return Err(ToolCallError(format!(
-                "this script already made {made} tool calls, the most one execution may make"
+                "this script already started {} tool calls, the most one execution may make",
+                self.max_calls
             )));
         }
-        let arguments = match serde_json::from_str(arguments_json) {
+        if arguments_json.len() > MAX_ARGUMENTS_BYTES {
+            return Err(ToolCallError(format!(
+                "the arguments of {server}.{tool} are {} bytes of JSON, more than the {} MiB one call may send",
+                arguments_json.len(),
+                MAX_ARGUMENTS_BYTES >> 20
+            )));
+        }
+        let _held = budget
+            .reserve(arguments_json.len().saturating_mul(PARSED_ARGUMENTS_FACTOR))
+            .ok_or_else(|| {
+                ToolCallError(format!(
+                    "not enough memory left (--memory-mb) to send {} bytes of arguments to {server}.{tool}",
+                    arguments_json.len()
+                ))
+            })?;
+        let arguments = match serde_json::from_str(&arguments_json) {
             Ok(Value::Object(map)) => map,
             Ok(other) => {
                 return Err(ToolCallError(format!(

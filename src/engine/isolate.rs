@@ -1,9 +1,13 @@
 //! The sandbox thread: a current-thread tokio runtime, a deno_core `JsRuntime`, and the modules
 //! main_deno.js imports, all served from memory.
 
+use super::memory::{self, MemoryShares};
 use super::{EngineError, Fate, Sandbox, SandboxConfig};
 use crate::assets;
-use crate::bridge::{self, Clock, Entropy, Lifecycle, SharedOutput, SnapshotIo, ToolBridge};
+use crate::bridge::memory::MemoryBudget;
+use crate::bridge::{
+    self, Clock, Entropy, Lifecycle, Memory, SharedOutput, SnapshotIo, ToolBridge,
+};
 use deno_core::{
     v8, JsRuntime, ModuleLoadResponse, ModuleLoader, ModuleSource, ModuleSourceCode,
     ModuleSpecifier, ModuleType, ResolutionKind, RuntimeOptions,
@@ -17,9 +21,13 @@ use tokio::sync::oneshot;
 const MAIN_MODULE: &str = "file:///codemode/main_deno.js";
 /// A boot that has not finished by then is stuck, not slow.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The largest single allocation V8 makes: a max-length two-byte string (2^29 - 24 characters).
+/// An allocation that crosses the heap limit must still fit, or V8 aborts the whole process.
+const LARGEST_V8_ALLOCATION: usize = 1 << 30;
 
-/// Process-wide V8 flags, set before the first isolate exists.
-fn init_v8() {
+/// Process-wide V8 flags, set before the first isolate exists (V8 freezes them then: anything
+/// else that creates an isolate in this process must call this first).
+pub fn init_v8() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // Closes the `Function("...")` / eval route from Python into arbitrary host JS.
@@ -57,17 +65,14 @@ pub(super) async fn spawn(
     );
     settings["warmUp"] = config.warm_up.into();
     let settings_json = settings.to_string();
-    let lifecycle = Lifecycle {
-        settings_json,
-        ready: Some(ready_tx),
-        job: Some(job_rx),
-        outcome: Some(outcome_tx),
-    };
+    let lifecycle = Lifecycle::new(settings_json, ready_tx, job_rx, outcome_tx);
 
     let snapshot = config.snapshot;
     let thread_output = output.clone();
     let thread_fate = fate.clone();
-    let heap_bytes = (limits.memory_mb.max(64) as usize) << 20;
+    let shares = MemoryShares::of(limits.memory_mb);
+    let budget = MemoryBudget::new(shares.counted);
+    let thread_budget = budget.clone();
     std::thread::Builder::new()
         .name("sandbox".into())
         .spawn(move || {
@@ -80,7 +85,8 @@ pub(super) async fn spawn(
                 output: thread_output,
                 tools,
                 entropy,
-                heap_bytes,
+                js_heap: shares.js_heap,
+                budget: thread_budget,
             };
             let result = run_thread(state, handle_tx, stop_rx, thread_fate.clone());
             thread_fate.finish(result.err());
@@ -102,6 +108,7 @@ pub(super) async fn spawn(
         output,
         tools: bridge,
         fate: fate.clone(),
+        budget,
     };
     match tokio::time::timeout(BOOT_TIMEOUT, ready_rx).await {
         Ok(Ok(Ok(()))) => Ok(sandbox),
@@ -131,7 +138,8 @@ struct SandboxState {
     output: SharedOutput,
     tools: ToolBridge,
     entropy: ChaCha20Rng,
-    heap_bytes: usize,
+    js_heap: usize,
+    budget: Arc<MemoryBudget>,
 }
 
 fn run_thread(
@@ -149,9 +157,14 @@ fn run_thread(
     let mut js = JsRuntime::new(RuntimeOptions {
         module_loader: Some(Rc::new(EmbeddedModules)),
         extensions: vec![bridge::codemode_bridge::init()],
-        create_params: Some(v8::CreateParams::default().heap_limits(0, state.heap_bytes)),
+        create_params: Some(
+            v8::CreateParams::default()
+                .heap_limits(0, state.js_heap)
+                .array_buffer_allocator(memory::counting_allocator(state.budget.clone())),
+        ),
         ..Default::default()
     });
+    memory::gate_wasm_compilation(js.v8_isolate());
     {
         let op_state = js.op_state();
         let mut op_state = op_state.borrow_mut();
@@ -161,17 +174,19 @@ fn run_thread(
         op_state.put(state.tools);
         op_state.put(Entropy(state.entropy));
         op_state.put(Clock(Instant::now()));
+        op_state.put(Memory(state.budget));
     }
     let handle = js.v8_isolate().thread_safe_handle();
     let heap_handle = handle.clone();
     let heap_fate = fate.clone();
     js.add_near_heap_limit_callback(move |current, _initial| {
-        // Stop the script instead of letting V8 abort the process; grant room to unwind.
+        // Stop the script instead of letting V8 abort the process: grant room for the allocation
+        // in progress (whatever its size) and terminate at the next interrupt check.
         heap_fate
             .heap_exhausted
             .store(true, std::sync::atomic::Ordering::SeqCst);
         heap_handle.terminate_execution();
-        current * 2
+        current.saturating_add(LARGEST_V8_ALLOCATION)
     });
     if handle_tx.send(handle).is_err() {
         return Ok(()); // the handle was dropped: nobody wants this sandbox any more

@@ -9,8 +9,11 @@
 //! **Invariant:** a limit breach (timeout, V8 heap) ends the isolate; it is never reused.
 
 mod isolate;
+mod memory;
 pub mod pool;
 
+pub use isolate::init_v8;
+pub use memory::MemoryShares;
 pub use pool::Pool;
 
 use crate::bridge::output::LiveOutput;
@@ -27,7 +30,8 @@ use tokio::sync::oneshot;
 pub struct Limits {
     /// Wall-clock time for one script, from the job's start.
     pub timeout: Duration,
-    /// Cap on Pyodide's linear memory (and, separately, on V8's JS heap).
+    /// Everything one sandbox may allocate: a quarter (at least 32 MiB) is V8's JS heap, the
+    /// rest is shared by Python's memory, buffers and host copies ([`MemoryShares`]).
     pub memory_mb: u64,
     /// Bytes of stdout and of stderr kept; the rest is counted and reported.
     pub max_output: usize,
@@ -123,7 +127,7 @@ pub fn boot_settings(
     }
     serde_json::json!({
         "env": env,
-        "memoryBytes": limits.memory_mb.saturating_mul(1 << 20),
+        "memoryBytes": MemoryShares::of(limits.memory_mb).linear,
         "preludeSource": crate::assets::js_file("codemode.py").unwrap_or_default(),
         "restoreSnapshot": restore,
         "makeSnapshot": make_snapshot,
@@ -234,6 +238,7 @@ pub struct Sandbox {
     output: SharedOutput,
     tools: ToolBridge,
     fate: Arc<Fate>,
+    budget: Arc<crate::bridge::memory::MemoryBudget>,
 }
 
 impl Sandbox {
@@ -310,11 +315,23 @@ impl Sandbox {
 
     /// The error for a sandbox that ended without reporting.
     async fn died(&self) -> ErrorInfo {
-        if self.fate.heap_exhausted.load(Ordering::SeqCst) {
+        if self.fate.heap_exhausted.load(Ordering::SeqCst) && self.budget.was_exhausted() {
             return ErrorInfo {
                 kind: "MemoryError".into(),
                 message: format!(
-                    "the script exhausted the sandbox's JavaScript heap ({} MiB, --memory-mb) and was stopped",
+                    "the script used up the sandbox's memory ({} MiB, --memory-mb) and was stopped",
+                    self.limits.memory_mb
+                ),
+                traceback: String::new(),
+            };
+        }
+        if self.fate.heap_exhausted.load(Ordering::SeqCst) {
+            let shares = MemoryShares::of(self.limits.memory_mb);
+            return ErrorInfo {
+                kind: "MemoryError".into(),
+                message: format!(
+                    "the script exhausted the sandbox's JavaScript heap ({} MiB of its {} MiB, --memory-mb) and was stopped",
+                    shares.js_heap >> 20,
                     self.limits.memory_mb
                 ),
                 traceback: String::new(),

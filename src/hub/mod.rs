@@ -204,14 +204,19 @@ impl Hub {
         self.slots.iter().find(|s| s.config.name == server)
     }
 
+    /// The config file as scripts may see it: its name, never the host's directory layout.
+    fn config_file_name(&self) -> Option<String> {
+        let path = self.config_path.as_ref()?;
+        Some(path.file_name()?.to_string_lossy().into_owned())
+    }
+
     fn unknown_server(&self, server: &str) -> String {
         if self.slots.is_empty() {
             return format!(
                 "unknown MCP server '{server}': no MCP servers are configured{}",
-                match &self.config_path {
-                    Some(path) => format!(" in {}", path.display()),
-                    None => String::new(),
-                }
+                self.config_file_name()
+                    .map(|name| format!(" in {name}"))
+                    .unwrap_or_default()
             );
         }
         let names: Vec<String> = self
@@ -268,10 +273,9 @@ impl ToolHost for Hub {
         if slot.config.disabled {
             let message = format!(
                 "MCP server '{server}' is disabled{}",
-                match &self.config_path {
-                    Some(path) => format!(" (\"disabled\": true in {})", path.display()),
-                    None => String::new(),
-                }
+                self.config_file_name()
+                    .map(|name| format!(" (\"disabled\": true in {name})"))
+                    .unwrap_or_default()
             );
             return Box::pin(async move { Err(ToolCallError(message)) });
         }

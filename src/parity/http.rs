@@ -11,6 +11,7 @@
 //! binary. Every bad request gets a status and a sentence saying what is wrong.
 
 use crate::assets;
+use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{signature, NoTools, SharedOutput, Stream, ToolBridge};
 use crate::engine::{self, Limits};
 use rand_chacha::ChaCha20Rng;
@@ -48,6 +49,8 @@ pub struct Session {
     pub output: SharedOutput,
     /// The tool host (set to the run's hub just before the job) and the log of calls.
     pub tools: ToolBridge,
+    /// What tool-call arguments are charged to, as in the V8 host.
+    budget: Arc<MemoryBudget>,
 }
 
 impl Session {
@@ -71,6 +74,7 @@ impl Session {
             entropy: Mutex::new(entropy),
             output: SharedOutput::new(settings.limits.max_output, None),
             tools: ToolBridge::new(Arc::new(NoTools)),
+            budget: MemoryBudget::new(engine::MemoryShares::of(settings.limits.memory_mb).counted),
         })
     }
 }
@@ -430,7 +434,10 @@ async fn tool_call(session: &Session, body: &[u8]) -> Response {
             "tool call body must be {\"server\": str, \"tool\": str, \"arguments_json\": str}",
         );
     };
-    let envelope = session.tools.call_envelope(server, tool, &arguments).await;
+    let envelope = session
+        .tools
+        .call_envelope(server, tool, arguments, &session.budget)
+        .await;
     Response::ok("application/json", envelope)
 }
 

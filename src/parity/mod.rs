@@ -55,7 +55,7 @@ pub struct ParityArgs {
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = parse_timeout)]
     pub timeout: f64,
     /// MiB of memory each sandbox may use (the same cap in both hosts).
-    #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..=16384))]
+    #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(128..=16384))]
     pub memory_mb: u64,
     /// Bytes of stdout, and of stderr, kept (the same cap and notice in both hosts).
     #[arg(long = "max-output", default_value_t = 1 << 20, value_name = "BYTES")]
