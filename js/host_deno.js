@@ -267,12 +267,21 @@ globalThis.TextDecoder = class TextDecoder {
   }
 };
 
+// core.encode's bytes live outside the array-buffer allocator: they are copied into a counted
+// buffer at once, so only one uncounted copy exists, and only while encode runs.
+function encodeCounted(text) {
+  const bytes = core.encode(String(text));
+  const counted = new Uint8Array(bytes.length);
+  counted.set(bytes);
+  return counted;
+}
+
 globalThis.TextEncoder = class TextEncoder {
   get encoding() {
     return "utf-8";
   }
   encode(text = "") {
-    return core.encode(String(text));
+    return encodeCounted(text);
   }
   encodeInto(text, dest) {
     const bytes = core.encode(String(text));
