@@ -9,7 +9,8 @@
 //!
 //! **Invariant:** every error names the file, and where it applies the server and the field, so a
 //! user can fix the file without reading this code. Problems that do not stop us from running
-//! (unknown keys, HTTP servers we cannot reach yet) are warnings, not errors.
+//! (unknown keys, HTTP servers we cannot reach yet) are warnings, not errors, except a near miss
+//! of a known field (`"arg"`), which would silently drop what the user meant.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -221,6 +222,17 @@ impl Ctx<'_> {
     }
 }
 
+/// The known field `key` is probably a typo of: at most two edits away, ignoring case.
+fn near_known_field(key: &str) -> Option<&'static str> {
+    let key = key.to_ascii_lowercase();
+    KNOWN_FIELDS
+        .iter()
+        .map(|known| (strsim::damerau_levenshtein(&key, known), *known))
+        .filter(|&(distance, known)| distance <= 2 && distance < known.len().min(key.len().max(1)))
+        .min()
+        .map(|(_, known)| known)
+}
+
 fn parse_server(
     ctx: &Ctx,
     entry: &Value,
@@ -269,6 +281,13 @@ fn parse_server(
         .keys()
         .filter(|k| !KNOWN_FIELDS.contains(&k.as_str()) && !is_comment(k))
     {
+        // A near miss ("arg", "Command", "timeout") would silently drop what the user meant.
+        if let Some(meant) = near_known_field(key) {
+            return Err(ctx.field_error(
+                key,
+                format!("is not a known field: did you mean \"{meant}\"?"),
+            ));
+        }
         tracing::warn!(
             "{}: server \"{name}\": unknown field \"{key}\" ignored (known fields: command, args, env, cwd, description, disabled, timeout_s)",
             ctx.path.display()
@@ -724,6 +743,26 @@ mod tests {
         let config = load_in(&path, &[]).expect("loads");
         let names: Vec<_> = config.servers.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["local"]);
+    }
+
+    #[test]
+    fn a_near_miss_of_a_known_field_is_an_error_that_suggests_it() {
+        let d = Dir::new();
+        for (typo, meant) in [
+            ("arg", "args"),
+            ("Command", "command"),
+            ("timeout", "timeout_s"),
+            ("envs", "env"),
+        ] {
+            let path = d.config(&format!(
+                r#"{{"servers": {{"a": {{"command": "x", "{typo}": 1}}}}}}"#
+            ));
+            let e = load_in(&path, &[]).expect_err(typo).to_string();
+            assert!(
+                e.contains(&format!("did you mean \"{meant}\"?")) && e.contains(typo),
+                "{typo}: {e}"
+            );
+        }
     }
 
     #[test]
