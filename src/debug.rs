@@ -31,7 +31,7 @@ print(f"{root}: {len(files)} files; read {len(sizes)}")
 const PLAIN_TASK: &str = r#"
 import json, statistics
 data = [3, 1, 4, 1, 5, 9, 2, 6]
-print("no filesystem server configured; plain Python instead")
+print("no filesystem server is running; plain Python instead")
 {"mean": statistics.mean(data), "sorted": sorted(data)}
 "#;
 
@@ -80,6 +80,13 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
         .and_then(|t| t.description.clone())
         .context("the server offers no execute_code tool")?;
     let has_filesystem = description.contains("\n- filesystem (");
+    let not_running = servers_not_running(&description);
+    if !not_running.is_empty() {
+        println!("\n» configured servers that are not running");
+        for line in &not_running {
+            println!("  - {line}");
+        }
+    }
 
     let listing = call(&client, "list_tools", json!({})).await?;
     println!("\n» list_tools\n{}", indent(&text_of(&listing)));
@@ -119,7 +126,8 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
             );
         }
     }
-    let ok = result.is_error != Some(true);
+    let script_ok = result.is_error != Some(true);
+    let ok = script_ok && not_running.is_empty();
     if let Some(error) = report.get("error").filter(|e| !e.is_null()) {
         println!(
             "  error: {} {}\n{}",
@@ -131,13 +139,31 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
     client.cancel().await.ok();
     println!(
         "\n{}",
-        if ok {
-            "✓ the server works end to end"
+        if !script_ok {
+            "✗ execute_code reported an error (see above)".to_owned()
+        } else if !not_running.is_empty() {
+            format!(
+                "✗ {} configured server(s) not running (see above); the rest works end to end",
+                not_running.len()
+            )
         } else {
-            "✗ execute_code reported an error (see above)"
+            "✓ the server works end to end".to_owned()
         }
     );
     Ok(ok)
+}
+
+/// The servers execute_code's description lists as unavailable (`- name: state`), as
+/// "name: state" lines; running ones read `- name (N tools)...`.
+fn servers_not_running(description: &str) -> Vec<String> {
+    description
+        .lines()
+        .skip_while(|line| !line.starts_with("Servers (as tools.<server>):"))
+        .skip(1)
+        .take_while(|line| line.starts_with("- "))
+        .filter(|line| !line.contains(" tools)"))
+        .map(|line| line[2..].to_owned())
+        .collect()
 }
 
 async fn call(

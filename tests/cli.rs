@@ -208,6 +208,32 @@ fn debug_drives_the_server_end_to_end_and_prints_a_transcript() {
 }
 
 #[test]
+fn debug_names_a_configured_server_that_is_not_running_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let servers = serde_json::json!({"servers": {
+        "filesystem": {"command": "nodejs-nope-not-installed"},
+        "memory": {"command": "node", "args": [fixture("server-memory/dist/index.js")],
+                   "env": {"MEMORY_FILE_PATH": dir.path().join("m.jsonl")}}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let out = cli(&["debug", "--config", config.to_str().unwrap()], "");
+    let transcript = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{transcript}");
+    assert!(
+        transcript.contains("» configured servers that are not running\n  - filesystem: "),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("✗ 1 configured server(s) not running"),
+        "{transcript}"
+    );
+    assert!(
+        !transcript.contains("no filesystem server configured"),
+        "{transcript}"
+    );
+}
+
+#[test]
 fn sys_exit_sets_the_exit_code_as_python_does() {
     let out = cli(&["run", "-"], "print('bye')\nimport sys\nsys.exit(3)");
     assert_eq!(out.status.code(), Some(3));
