@@ -191,10 +191,13 @@ class _Server:
     def __init__(self, name, spec):
         self._name = name
         self._description = spec.get("description") or ""
+        self._unavailable = spec.get("unavailable")
         self._tools = {}
         for tool_spec in spec.get("tools", []):
             self._tools[tool_spec["pythonName"]] = _make_tool(name, tool_spec)
         self.__doc__ = self._description or f"MCP server '{name}'"
+        if self._unavailable:
+            self.__doc__ = f"MCP server '{name}': configured, {self._unavailable}"
 
     def __getattr__(self, attr):
         tools = self.__dict__.get("_tools", {})
@@ -202,6 +205,11 @@ class _Server:
             return tools[attr]
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if self.__dict__.get("_unavailable"):
+            # Its tools are unknown while it is down: the call goes through and the hub answers
+            # with why (or with the result, if the server has come up since).
+            return _make_tool(self._name, {"name": attr, "pythonName": attr, "doc": self.__doc__,
+                                           "signature": {"params": [], "var_kwargs": True, "returns": "Any"}})
         close = difflib.get_close_matches(python_name(attr), list(tools), n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else f" Its tools: {', '.join(sorted(tools)) or '(none)'}."
         raise AttributeError(f"server '{self._name}' has no tool '{attr}'.{hint}")

@@ -233,6 +233,45 @@ fn debug_names_a_configured_server_that_is_not_running_and_fails() {
     );
 }
 
+/// A configured server that is down is still `tools.<name>`: calls raise ToolError saying why.
+#[test]
+fn a_server_that_is_down_or_disabled_raises_tool_error_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let servers = serde_json::json!({"servers": {
+        "filesystem": {"command": "nodejs-nope-not-installed"},
+        "memory": {"command": "node", "disabled": true}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let script = r#"out = []
+for call in (lambda: tools.filesystem.read_text_file(path='/x'), lambda: tools.memory.read_graph()):
+    try:
+        call()
+    except ToolError as e:
+        out.append([e.server, e.tool, e.message])
+out"#;
+    let out = cli(
+        &["run", "--json", "--config", config.to_str().unwrap(), "-"],
+        script,
+    );
+    let result = json(&out)["result"].clone();
+    assert_eq!(result[0][0], "filesystem", "{result}");
+    assert_eq!(result[0][1], "read_text_file", "{result}");
+    let why = result[0][2].as_str().unwrap_or_default();
+    assert!(
+        why.contains("not running") && why.contains("'nodejs-nope-not-installed' was not found"),
+        "{why}"
+    );
+    let why = result[1][2].as_str().unwrap_or_default();
+    assert!(
+        why.contains("is disabled") && why.contains("servers.json"),
+        "{why}"
+    );
+    assert!(
+        !why.contains(dir.path().to_str().unwrap()),
+        "no host path: {why}"
+    );
+}
+
 #[test]
 fn sys_exit_sets_the_exit_code_as_python_does() {
     let out = cli(&["run", "-"], "print('bye')\nimport sys\nsys.exit(3)");

@@ -344,7 +344,8 @@ fn op_sandbox_report(
 #[op2]
 #[string]
 fn op_tools_catalog(state: &mut OpState) -> String {
-    signature::python_view(&state.borrow::<ToolBridge>().host().catalog()).to_string()
+    let host = state.borrow::<ToolBridge>().host();
+    signature::python_view(&host.catalog(), &host.unavailable()).to_string()
 }
 
 #[op2]

@@ -260,7 +260,19 @@ pub fn docstring(spec: &ToolSpec, sig: &Signature) -> String {
 }
 
 /// The catalogue as the sandbox's Python receives it: names, signatures and docstrings decided here.
-pub fn python_view(catalog: &[super::tools::ServerCatalog]) -> Value {
+pub fn python_view(
+    catalog: &[super::tools::ServerCatalog],
+    unavailable: &[(String, String)],
+) -> Value {
+    let down = unavailable.iter().map(|(server, why)| {
+        serde_json::json!({
+            "server": server,
+            "pythonName": python_name(server),
+            "description": "",
+            "tools": [],
+            "unavailable": why,
+        })
+    });
     let servers: Vec<Value> = catalog
         .iter()
         .map(|server| {
@@ -284,6 +296,7 @@ pub fn python_view(catalog: &[super::tools::ServerCatalog]) -> Value {
                 "tools": tools,
             })
         })
+        .chain(down)
         .collect();
     Value::Array(servers)
 }

@@ -44,7 +44,14 @@ pub struct ToolCallError(pub String);
 /// Access to downstream tools. Implementations must be cheap to call from any thread: the future
 /// is polled on the sandbox's own thread.
 pub trait ToolHost: Send + Sync + 'static {
+    /// The servers serving tools now.
     fn catalog(&self) -> Vec<ServerCatalog>;
+
+    /// Servers that are configured but not serving tools now, each with why ("disabled", "not
+    /// running: ..."). Python still sees them, so a call says why instead of "no such server".
+    fn unavailable(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 
     /// Calls `server`'s tool `tool` (its MCP name) and returns the value Python receives.
     fn call(

@@ -246,6 +246,14 @@ impl Drop for Hub {
 }
 
 impl ToolHost for Hub {
+    fn unavailable(&self) -> Vec<(String, String)> {
+        self.status()
+            .into_iter()
+            .filter(|s| !matches!(s.state, ServerState::Running { .. }))
+            .map(|s| (s.name, s.state.to_string()))
+            .collect()
+    }
+
     fn catalog(&self) -> Vec<ServerCatalog> {
         self.slots
             .iter()

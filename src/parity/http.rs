@@ -389,10 +389,10 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
             None => Response::error(404, "this run boots without a memory snapshot"),
         },
         ("GET", "entropy") => entropy(&session, &request.query),
-        ("GET", "catalog") => Response::ok(
-            "application/json",
-            signature::python_view(&session.tools.host().catalog()).to_string(),
-        ),
+        ("GET", "catalog") => Response::ok("application/json", {
+            let host = session.tools.host();
+            signature::python_view(&host.catalog(), &host.unavailable()).to_string()
+        }),
         ("POST", "tool") => tool_call(&session, &request.body).await,
         ("POST", "output") => output(&session, &request.body),
         (_, "" | "settings" | "snapshot" | "entropy" | "catalog" | "tool" | "output") => {

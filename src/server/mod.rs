@@ -282,13 +282,9 @@ impl ServerHandler for CodeModeServer {
 
 /// Configured servers that serve no tools right now (starting, failed, disabled), and why.
 fn unavailable(hub: &Hub) -> Vec<catalog::Unavailable> {
-    hub.status()
+    hub.unavailable()
         .into_iter()
-        .filter(|s| !matches!(s.state, crate::hub::ServerState::Running { .. }))
-        .map(|s| catalog::Unavailable {
-            server: s.name,
-            state: s.state.to_string(),
-        })
+        .map(|(server, state)| catalog::Unavailable { server, state })
         .collect()
 }
 
@@ -328,6 +324,10 @@ struct ReportingHost {
 impl ToolHost for ReportingHost {
     fn catalog(&self) -> Vec<ServerCatalog> {
         self.inner.catalog()
+    }
+
+    fn unavailable(&self) -> Vec<(String, String)> {
+        self.inner.unavailable()
     }
 
     fn call(
