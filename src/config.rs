@@ -179,6 +179,7 @@ pub fn load_with_env(
         process_env,
         dot_env: &dot_env,
         dot_env_path: &dot_env_path,
+        unset_ok: false,
     };
     let base_dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
@@ -294,6 +295,22 @@ fn parse_server(
         );
     }
 
+    let disabled = match entry.get("disabled") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(ctx.field_error(
+                "disabled",
+                format!("expected true or false, got {}", kind(other)),
+            ))
+        }
+    };
+
+    // A disabled server is never started: a variable it names need not be set (it stays as written).
+    let vars = &Vars {
+        unset_ok: disabled,
+        ..*vars
+    };
     let command = match entry.get("command") {
         Some(Value::String(c)) => vars.expand(ctx, "command", c)?,
         Some(other) => {
@@ -394,17 +411,6 @@ fn parse_server(
         }
     };
 
-    let disabled = match entry.get("disabled") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(ctx.field_error(
-                "disabled",
-                format!("expected true or false, got {}", kind(other)),
-            ))
-        }
-    };
-
     let timeout = match entry.get("timeout_s") {
         None | Some(Value::Null) => DEFAULT_TIMEOUT,
         Some(Value::Number(n)) => match n.as_f64() {
@@ -450,10 +456,13 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// Variable sources for `${...}` expansion: the process environment wins over `.env`.
+#[derive(Clone, Copy)]
 struct Vars<'a> {
     process_env: &'a dyn Fn(&str) -> Option<String>,
     dot_env: &'a BTreeMap<String, String>,
     dot_env_path: &'a Path,
+    /// Leave an unset `${VAR}` as written instead of failing (for disabled servers).
+    unset_ok: bool,
 }
 
 impl Vars<'_> {
@@ -500,6 +509,7 @@ impl Vars<'_> {
                 (Some(value), Some(default)) if value.is_empty() => out.push_str(default),
                 (Some(value), _) => out.push_str(&value),
                 (None, Some(default)) => out.push_str(default),
+                (None, None) if self.unset_ok => out.push_str(&format!("${{{body}}}")),
                 (None, None) => {
                     return Err(ctx.field_error(
                         field,
@@ -743,6 +753,23 @@ mod tests {
         let config = load_in(&path, &[]).expect("loads");
         let names: Vec<_> = config.servers.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["local"]);
+    }
+
+    #[test]
+    fn a_disabled_server_does_not_need_its_variables_set() {
+        let d = Dir::new();
+        let path = d.config(
+            r#"{"servers": {"off": {"command": "x", "disabled": true, "env": {"K": "${UNSET_TOKEN}"}},
+                            "on": {"command": "y"}}}"#,
+        );
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!(config.servers[0].env["K"], "${UNSET_TOKEN}");
+        let path =
+            d.config(r#"{"servers": {"on": {"command": "x", "env": {"K": "${UNSET_TOKEN}"}}}}"#);
+        let e = load_in(&path, &[])
+            .expect_err("an enabled server needs it")
+            .to_string();
+        assert!(e.contains("${UNSET_TOKEN} is not set"), "{e}");
     }
 
     #[test]
