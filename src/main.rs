@@ -150,14 +150,23 @@ fn main() -> ExitCode {
             };
         }
     };
+    let (filter, bad_filter) = match std::env::var("MCP_CODE_MODE_LOG") {
+        Err(_) => (tracing_subscriber::EnvFilter::new("warn"), None),
+        Ok(spec) => match tracing_subscriber::EnvFilter::try_new(&spec) {
+            Ok(filter) => (filter, None),
+            Err(e) => (tracing_subscriber::EnvFilter::new("warn"), Some((spec, e))),
+        },
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MCP_CODE_MODE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(filter)
         .init();
+    if let Some((spec, e)) = bad_filter {
+        tracing::warn!(
+            "MCP_CODE_MODE_LOG={spec:?} is not a log filter ({e}); logging warnings only. Examples: info, debug, warn,downstream=info"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

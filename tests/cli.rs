@@ -1,6 +1,7 @@
 //! The `mcp-code-mode run` command as a user runs it: streams, --json, exit codes, stdin.
 
 use crate::util::{cli, cli_in, json, text, BIN};
+use std::process::{Command, Stdio};
 
 #[test]
 fn run_prints_the_scripts_output_as_it_is() {
@@ -286,5 +287,28 @@ fn sys_exit_sets_the_exit_code_as_python_does() {
     assert_eq!(
         cli(&["run", "-"], "import sys\nsys.exit(0)").status.code(),
         Some(0)
+    );
+}
+
+#[test]
+fn an_invalid_log_filter_is_named_not_ignored() {
+    let out = Command::new(BIN)
+        .args(["run", "-"])
+        .env("MCP_CODE_MODE_LOG", "info,[[[")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(b"print(1)")?;
+            child.wait_with_output()
+        })
+        .expect("the binary runs");
+    assert_eq!(text(&out.stdout), "1\n");
+    assert!(
+        text(&out.stderr).contains("MCP_CODE_MODE_LOG=\"info,[[[\" is not a log filter"),
+        "{}",
+        text(&out.stderr)
     );
 }
