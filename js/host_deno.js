@@ -37,8 +37,8 @@ const instantiate = WebAssembly.instantiate;
 WebAssembly.instantiate = async function (source, imports) {
   const buffer = source instanceof ArrayBuffer ? source : source && source.buffer;
   if (!buffer || !pyodideWasmBuffers.has(buffer)) {
-    const made = await instantiate.call(this, source, imports);
-    chargeInstance(made instanceof WebAssembly.Instance ? made : made.instance, imports);
+    const made = await ReflectApply(instantiate, this, [source, imports]);
+    chargeInstance(brand(instanceExports, made) ? made : made.instance, imports);
     return made;
   }
   let module = ops.op_wasm_cached_module();
@@ -46,7 +46,7 @@ WebAssembly.instantiate = async function (source, imports) {
     module = await WebAssembly.compile(source);
     ops.op_wasm_cache_module(module);
   }
-  const instance = chargeInstance(await instantiate.call(this, module, imports), imports);
+  const instance = chargeInstance(await ReflectApply(instantiate, this, [module, imports]), imports);
   return { instance, module };
 };
 
@@ -100,9 +100,35 @@ globalThis.console = Object.fromEntries(
 const WASM_PAGE = 65536;
 const TABLE_ENTRY_BYTES = 8;
 
+// What the wrappers below run on, captured before any script can replace it (a script may patch
+// any shared built-in: `Number`, `Function.prototype.call`, `Reflect.construct`, `Set.prototype.has`,
+// the `buffer` getter...). They use only these, index loops, and null-prototype objects.
+const ReflectApply = Reflect.apply;
+const ReflectConstruct = Reflect.construct;
+const NumberOf = Number;
+const ObjectCreate = Object.create;
+const ObjectValues = Object.values;
+const ObjectDefineProperty = Object.defineProperty;
+const getter = (proto, name) => Object.getOwnPropertyDescriptor(proto, name).get;
+const memoryBuffer = getter(WebAssembly.Memory.prototype, "buffer");
+const tableLength = getter(WebAssembly.Table.prototype, "length");
+const instanceExports = getter(WebAssembly.Instance.prototype, "exports");
+const bufferByteLength = getter(ArrayBuffer.prototype, "byteLength");
+const sharedBufferByteLength = getter(SharedArrayBuffer.prototype, "byteLength");
+
 function charge(bytes, what) {
-  if (!ops.op_memory_charge(Number(bytes))) {
+  if (!ops.op_memory_charge(NumberOf(bytes))) {
     throw new RangeError(`${what}: out of memory (the sandbox's --memory-mb budget is used up)`);
+  }
+}
+
+// A brand check that no script can fool: the original getter throws on anything else.
+function brand(get, value) {
+  try {
+    ReflectApply(get, value, []);
+    return true;
+  } catch {
+    return false;
   }
 }
 
@@ -114,85 +140,104 @@ function replaceConstructor(owner, name, construct) {
       throw new TypeError(`${name} must be called with 'new'`);
     },
   });
-  Object.defineProperty(original.prototype, "constructor", { value: wrapped, writable: true, configurable: true });
-  Object.defineProperty(owner, name, { value: wrapped, writable: true, configurable: true });
-  return original;
+  ObjectDefineProperty(original.prototype, "constructor", { value: wrapped, writable: true, configurable: true });
+  ObjectDefineProperty(owner, name, { value: wrapped, writable: true, configurable: true });
 }
 
 function replaceMethod(proto, name, wrap) {
-  const original = proto[name];
-  Object.defineProperty(proto, name, { value: wrap(original), writable: true, configurable: true });
+  ObjectDefineProperty(proto, name, { value: wrap(proto[name]), writable: true, configurable: true });
 }
 
-// A plain copy of a descriptor's fields, each read once (numbers stay numbers, BigInts BigInts).
+// A null-prototype copy of a descriptor's fields, each read once (numbers stay numbers, BigInts
+// BigInts): no getter can show one size to the check and another to V8, and no setter or getter
+// on Object.prototype can intercept the copy.
 function readOnce(descriptor, fields) {
-  const copy = {};
   if (descriptor === null || (typeof descriptor !== "object" && typeof descriptor !== "function")) return descriptor;
-  for (const field of fields) {
-    const value = descriptor[field];
-    if (value !== undefined) copy[field] = typeof value === "object" || typeof value === "function" ? Number(value) : value;
+  const copy = ObjectCreate(null);
+  for (let i = 0; i < fields.length; i++) {
+    const value = descriptor[fields[i]];
+    if (value !== undefined) copy[fields[i]] = typeof value === "object" || typeof value === "function" ? NumberOf(value) : value;
   }
   return copy;
 }
 
+const pageCount = (delta) => (typeof delta === "bigint" ? delta : NumberOf(delta));
+
 const MEMORY_FIELDS = ["initial", "minimum", "maximum", "shared", "address", "index"];
-replaceConstructor(WebAssembly, "Memory", (Memory, [descriptor], newTarget) => {
-  const d = readOnce(descriptor, MEMORY_FIELDS);
-  if (d && typeof d === "object") charge(Number(d.initial ?? d.minimum ?? 0) * WASM_PAGE, "WebAssembly.Memory");
-  return Reflect.construct(Memory, [d], newTarget);
+replaceConstructor(WebAssembly, "Memory", (Memory, args, newTarget) => {
+  const d = readOnce(args[0], MEMORY_FIELDS);
+  if (d && typeof d === "object") charge(NumberOf(d.initial ?? d.minimum ?? 0) * WASM_PAGE, "WebAssembly.Memory");
+  return ReflectConstruct(Memory, [d], newTarget);
 });
 replaceMethod(WebAssembly.Memory.prototype, "grow", (grow) =>
   function (delta) {
-    const pages = typeof delta === "bigint" ? delta : Number(delta);
-    charge(Number(pages) * WASM_PAGE, "WebAssembly.Memory.grow");
-    return grow.call(this, pages);
+    const pages = pageCount(delta);
+    charge(NumberOf(pages) * WASM_PAGE, "WebAssembly.Memory.grow");
+    return ReflectApply(grow, this, [pages]);
   },
 );
 // A resizable view of wasm memory grows it through ArrayBuffer.prototype.resize: not offered.
 delete WebAssembly.Memory.prototype.toResizableBuffer;
 
 const TABLE_FIELDS = ["element", "initial", "minimum", "maximum", "address", "index"];
-replaceConstructor(WebAssembly, "Table", (Table, [descriptor, ...rest], newTarget) => {
-  const d = readOnce(descriptor, TABLE_FIELDS);
-  if (d && typeof d === "object") charge(Number(d.initial ?? d.minimum ?? 0) * TABLE_ENTRY_BYTES, "WebAssembly.Table");
-  return Reflect.construct(Table, [d, ...rest], newTarget);
+replaceConstructor(WebAssembly, "Table", (Table, args, newTarget) => {
+  const d = readOnce(args[0], TABLE_FIELDS);
+  if (d && typeof d === "object") charge(NumberOf(d.initial ?? d.minimum ?? 0) * TABLE_ENTRY_BYTES, "WebAssembly.Table");
+  return ReflectConstruct(Table, args.length > 1 ? [d, args[1]] : [d], newTarget);
 });
 replaceMethod(WebAssembly.Table.prototype, "grow", (grow) =>
-  function (delta, ...rest) {
-    const entries = typeof delta === "bigint" ? delta : Number(delta);
-    charge(Number(entries) * TABLE_ENTRY_BYTES, "WebAssembly.Table.grow");
-    return grow.call(this, entries, ...rest);
+  function (delta, value) {
+    const entries = pageCount(delta);
+    charge(NumberOf(entries) * TABLE_ENTRY_BYTES, "WebAssembly.Table.grow");
+    return ReflectApply(grow, this, arguments.length > 1 ? [entries, value] : [entries]);
   },
 );
 
 // An instance's own memories and tables (not imported ones) are charged once it exists.
 function chargeInstance(instance, imports) {
-  const imported = new Set();
-  for (const module of Object.values(imports || {})) {
-    for (const value of Object.values(module || {})) imported.add(value);
+  const imported = [];
+  const modules = ObjectValues(imports || {});
+  for (let i = 0; i < modules.length; i++) {
+    const values = ObjectValues(modules[i] || {});
+    for (let j = 0; j < values.length; j++) imported[imported.length] = values[j];
   }
-  for (const value of Object.values(instance.exports)) {
-    if (imported.has(value)) continue;
-    if (value instanceof WebAssembly.Memory) charge(value.buffer.byteLength, "WebAssembly.Instance");
-    else if (value instanceof WebAssembly.Table) charge(value.length * TABLE_ENTRY_BYTES, "WebAssembly.Instance");
+  const exported = ObjectValues(ReflectApply(instanceExports, instance, []));
+  for (let i = 0; i < exported.length; i++) {
+    const value = exported[i];
+    let isImported = false;
+    for (let j = 0; j < imported.length && !isImported; j++) isImported = imported[j] === value;
+    if (isImported) continue;
+    if (brand(memoryBuffer, value)) {
+      const buffer = ReflectApply(memoryBuffer, value, []);
+      const bytes = brand(bufferByteLength, buffer)
+        ? ReflectApply(bufferByteLength, buffer, [])
+        : ReflectApply(sharedBufferByteLength, buffer, []);
+      charge(bytes, "WebAssembly.Instance");
+    } else if (brand(tableLength, value)) {
+      charge(ReflectApply(tableLength, value, []) * TABLE_ENTRY_BYTES, "WebAssembly.Instance");
+    }
   }
   return instance;
 }
-replaceConstructor(WebAssembly, "Instance", (Instance, [module, imports], newTarget) =>
-  chargeInstance(Reflect.construct(Instance, [module, imports], newTarget), imports),
+replaceConstructor(WebAssembly, "Instance", (Instance, args, newTarget) =>
+  chargeInstance(ReflectConstruct(Instance, [args[0], args[1]], newTarget), args[1]),
 );
 
 // Resizable and growable buffers reserve their maximum up front, outside the allocator.
 for (const name of ["ArrayBuffer", "SharedArrayBuffer"]) {
-  replaceConstructor(globalThis, name, (Buffer, [length, options], newTarget) => {
-    const len = typeof length === "object" || typeof length === "function" ? Number(length) : length;
+  replaceConstructor(globalThis, name, (Buffer, args, newTarget) => {
+    const length = args[0];
+    const options = args[1];
+    const len = typeof length === "object" || typeof length === "function" ? NumberOf(length) : length;
     if (options === undefined || options === null || typeof options !== "object") {
-      return Reflect.construct(Buffer, [len], newTarget);
+      return ReflectConstruct(Buffer, [len], newTarget);
     }
     const { maxByteLength } = readOnce(options, ["maxByteLength"]);
-    if (maxByteLength === undefined) return Reflect.construct(Buffer, [len], newTarget);
+    if (maxByteLength === undefined) return ReflectConstruct(Buffer, [len], newTarget);
     charge(maxByteLength, `resizable ${name}`);
-    return Reflect.construct(Buffer, [len, { maxByteLength }], newTarget);
+    const resizable = ObjectCreate(null);
+    resizable.maxByteLength = maxByteLength;
+    return ReflectConstruct(Buffer, [len, resizable], newTarget);
   });
 }
 
@@ -204,22 +249,34 @@ delete globalThis.Temporal;
 // call). deno_core's timers round them up to whole milliseconds on a coarse clock; a deferred
 // no-op op resolves on the event loop's very next turn instead, which is the macrotask semantics
 // setTimeout(f, 0) promises. Ids are negative so clearTimeout can tell the two kinds apart.
-// Each pending timer holds host memory outside the JS heap: their number is capped.
+// Each pending timer holds host memory outside the JS heap: their number is capped. Kept in
+// null-prototype objects with a counter, so no patched Set method can hide one from the count.
 const MAX_PENDING_TIMERS = 100000;
-const pendingImmediate = new Set();
-const pendingTimers = new Set();
+const pendingImmediate = Object.create(null);
+const pendingTimers = Object.create(null);
+let pendingCount = 0;
 let nextImmediateId = 0;
+function track(table, id) {
+  table[id] = true;
+  pendingCount++;
+}
+function untrack(table, id) {
+  if (table[id] !== true) return false;
+  delete table[id];
+  pendingCount--;
+  return true;
+}
 function checkTimerRoom() {
-  if (pendingImmediate.size + pendingTimers.size >= MAX_PENDING_TIMERS) {
+  if (pendingCount >= MAX_PENDING_TIMERS) {
     throw new RangeError(`setTimeout: more than ${MAX_PENDING_TIMERS} timers pending`);
   }
 }
 function setImmediateTask(callback, args) {
   checkTimerRoom();
   const id = --nextImmediateId;
-  pendingImmediate.add(id);
+  track(pendingImmediate, id);
   ops.op_void_async_deferred().then(() => {
-    if (pendingImmediate.delete(id)) callback(...args);
+    if (untrack(pendingImmediate, id)) callback(...args);
   });
   return id;
 }
@@ -228,7 +285,7 @@ function setTimer(callback, ms, args, repeat) {
   checkTimerRoom();
   const id = core.createTimer(
     () => {
-      if (!repeat) pendingTimers.delete(id);
+      if (!repeat) untrack(pendingTimers, id);
       callback(...args);
     },
     ms,
@@ -236,7 +293,7 @@ function setTimer(callback, ms, args, repeat) {
     repeat,
     true,
   );
-  pendingTimers.add(id);
+  track(pendingTimers, id);
   return id;
 }
 globalThis.setTimeout = (callback, ms = 0, ...args) =>
@@ -244,8 +301,8 @@ globalThis.setTimeout = (callback, ms = 0, ...args) =>
 globalThis.setInterval = (callback, ms = 0, ...args) => setTimer(callback, ms, args, true);
 globalThis.clearTimeout = (id) => {
   if (typeof id !== "number") return;
-  if (id < 0) pendingImmediate.delete(id);
-  else if (pendingTimers.delete(id)) core.cancelTimer(id);
+  if (id < 0) untrack(pendingImmediate, id);
+  else if (untrack(pendingTimers, id)) core.cancelTimer(id);
 };
 globalThis.clearInterval = globalThis.clearTimeout;
 
@@ -269,10 +326,12 @@ globalThis.TextDecoder = class TextDecoder {
 
 // core.encode's bytes live outside the array-buffer allocator: they are copied into a counted
 // buffer at once, so only one uncounted copy exists, and only while encode runs.
+const Uint8ArrayOf = Uint8Array;
+const typedArraySet = Object.getPrototypeOf(Uint8Array.prototype).set;
 function encodeCounted(text) {
   const bytes = core.encode(String(text));
-  const counted = new Uint8Array(bytes.length);
-  counted.set(bytes);
+  const counted = new Uint8ArrayOf(bytes.length);
+  ReflectApply(typedArraySet, counted, [bytes]);
   return counted;
 }
 
@@ -284,7 +343,7 @@ globalThis.TextEncoder = class TextEncoder {
     return encodeCounted(text);
   }
   encodeInto(text, dest) {
-    const bytes = core.encode(String(text));
+    const bytes = encodeCounted(text);
     const written = Math.min(bytes.length, dest.length);
     dest.set(bytes.subarray(0, written));
     return { read: String(text).length, written };

@@ -338,6 +338,10 @@ async fn memory_outside_the_js_heap_is_counted() {
             "enc = g.TextEncoder.new()\nheld = js.Array.new()\nheld.push('x' * (8 * 2**20))\nkeep = [js.Reflect.apply(enc.encode, enc, held) for _ in range(64)]",
         ),
         (
+            "wasm memories with Number patched",
+            "g.Number = create_proxy(lambda *a: 0)\nkeep = [g.WebAssembly.Memory.new(obj(initial=1024)) for _ in range(64)]",
+        ),
+        (
             "many Python objects",
             "keep = []\nwhile True: keep.append(bytearray(2**20))",
         ),
