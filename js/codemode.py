@@ -5,7 +5,8 @@ in the script's own line numbers), and exposes the configured MCP servers' tools
 `tools.<server>.<tool>(**kwargs)`, callable plainly (JSPI `run_sync`) or with `await`.
 
 Host-neutral: it reaches the host only through the JS module `_codemode_host`
-(`call_tool(server, tool, args_json) -> Promise[str]`, `catalog_json() -> str`).
+(`call_tool(server, tool, args_json) -> Promise[str]`, `catalog_json() -> str`,
+`server_ready(server) -> Promise`).
 """
 
 import builtins
@@ -88,6 +89,13 @@ def python_name(name):
     return mapped
 
 
+def _close(word, names):
+    """The names `word` is probably a typo of, best first: close ones, and only the best of those."""
+    scored = sorted(((difflib.SequenceMatcher(None, word, n).ratio(), n) for n in names), reverse=True)
+    best = scored[0][0] if scored else 0
+    return [n for ratio, n in scored[:3] if ratio >= 0.7 and ratio >= best - 0.1]
+
+
 class _Hint:
     """Makes `inspect.signature` print an annotation exactly as written (`int | None`)."""
 
@@ -143,21 +151,29 @@ def _unwrap(server, tool, envelope_json):
 
 def _make_tool(server, spec):
     tool = spec["name"]
-    signature = _signature(spec["signature"])
-    has_var_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    view = spec["signature"]
+    signature = _signature(view)
+    label = f"{spec['pythonName']}()"
+    named = [p["name"] for p in view["params"]] + list(view.get("extra_names", ()))
+    required = [p["name"] for p in view["params"] if p["required"]]
+    any_key = view.get("open", True)
 
     def arguments(args, kwargs):
+        # Raised here, in the bridge's frames, which tracebacks leave out: the user sees their line.
         if args:
-            raise TypeError(f"{server}.{python_name(tool)}() takes keyword arguments only, e.g. "
-                            f"{python_name(tool)}({', '.join(p + '=...' for p in list(signature.parameters)[:2] if p != 'kwargs')})")
-        bound = signature.bind(**kwargs)
-        out = {}
-        for name, value in bound.arguments.items():
-            if name == "kwargs" and has_var_kwargs:
-                out.update(value)
-            else:
-                out[name] = value
-        return out
+            example = ", ".join(p + "=..." for p in named[:2])
+            raise TypeError(f"{label} takes keyword arguments only, e.g. {spec['pythonName']}({example})")
+        if not any_key:
+            for key in kwargs:
+                if key not in named:
+                    close = _close(key, named)
+                    hint = f"; did you mean {close[0]!r}?" if close else "."
+                    takes = ", ".join(named) or "no arguments"
+                    raise TypeError(f"{label} got an unexpected keyword argument {key!r}{hint} It takes: {takes}")
+        missing = [name for name in required if name not in kwargs]
+        if missing:
+            raise TypeError(f"{label} is missing required keyword argument(s): {', '.join(map(repr, missing))}")
+        return kwargs
 
     def call(*args, **kwargs):
         payload = json.dumps(arguments(args, kwargs), default=repr)
@@ -187,6 +203,17 @@ def _make_tool(server, spec):
     return call
 
 
+def _failing_tool(server, tool, message):
+    """A tool of a server that could not be reached: calling it raises why, as the hub would."""
+
+    def call(*args, **kwargs):
+        raise ToolError(server, tool, message)
+
+    call.__name__ = call.__qualname__ = python_name(tool)
+    call.__doc__ = f"MCP server '{server}': {message}"
+    return call
+
+
 class _Server:
     def __init__(self, name, spec):
         self._name = name
@@ -205,14 +232,31 @@ class _Server:
             return tools[attr]
         if attr.startswith("__"):
             raise AttributeError(attr)
-        if self.__dict__.get("_unavailable"):
+        unavailable = self.__dict__.get("_unavailable")
+        if unavailable:
+            # Still starting when the job began: wait for it (bounded by its timeout_s) and take
+            # its real tools, signatures and checks included.
+            if unavailable.startswith("starting") and can_run_sync():
+                why_not = run_sync(_host().server_ready(self._name))
+                if not why_not and self._refresh():
+                    return getattr(self, attr)
+                if why_not:
+                    return _failing_tool(self._name, attr, why_not)
             # Its tools are unknown while it is down: the call goes through and the hub answers
             # with why (or with the result, if the server has come up since).
             return _make_tool(self._name, {"name": attr, "pythonName": attr, "doc": self.__doc__,
-                                           "signature": {"params": [], "var_kwargs": True, "returns": "Any"}})
-        close = difflib.get_close_matches(python_name(attr), list(tools), n=3, cutoff=0.5)
+                                           "signature": {"params": [], "var_kwargs": True, "open": True, "returns": "Any"}})
+        close = _close(python_name(attr), tools)
         hint = f" Did you mean: {', '.join(close)}?" if close else f" Its tools: {', '.join(sorted(tools)) or '(none)'}."
-        raise AttributeError(f"server '{self._name}' has no tool '{attr}'.{hint}")
+        # name=None: Python's own "Did you mean" would repeat (or contradict) ours.
+        raise AttributeError(f"server '{self._name}' has no tool '{attr}'.{hint}", name=None, obj=None)
+
+    def _refresh(self):
+        for spec in json.loads(_host().catalog_json()):
+            if spec["server"] == self._name and not spec.get("unavailable"):
+                self.__init__(self._name, spec)
+                return True
+        return False
 
     def __dir__(self):
         return sorted(self._tools)
@@ -233,10 +277,10 @@ class _Tools:
             return servers[attr]
         if attr.startswith("__"):
             raise AttributeError(attr)
-        close = difflib.get_close_matches(python_name(attr), list(servers), n=3, cutoff=0.5)
+        close = _close(python_name(attr), servers)
         hint = (f" Did you mean: {', '.join(close)}?" if close
                 else f" Configured servers: {', '.join(sorted(servers)) or '(none)'}.")
-        raise AttributeError(f"no MCP server named '{attr}'.{hint}")
+        raise AttributeError(f"no MCP server named '{attr}'.{hint}", name=None, obj=None)
 
     def __dir__(self):
         return sorted(self._servers)
@@ -286,7 +330,22 @@ def _describe_error(exc, filename):
         message = str(exc)
     except Exception:
         message = "<exception str() failed>"
+    if isinstance(exc, FileNotFoundError) and _is_host_path(exc.filename):
+        hint = ("the sandbox has its own in-memory filesystem, not the host's: reach host files "
+                "through a configured server's tools, e.g. tools.filesystem.read_text_file(path=...)")
+        message += f" ({hint})"
+        te.__notes__ = [*(te.__notes__ or []), hint]
     return {"type": type(exc).__name__, "message": message, "traceback": "".join(te.format())}
+
+
+def _is_host_path(path):
+    """An absolute path whose top directory the sandbox does not have: surely meant for the host."""
+    import os
+
+    if not isinstance(path, str) or not path.startswith("/"):
+        return False
+    top = "/" + path.strip("/").split("/", 1)[0]
+    return not os.path.exists(top) or top in ("/etc", "/Users", "/root", "/var", "/srv", "/mnt", "/opt")
 
 
 async def run_job(job_json):

@@ -7,7 +7,7 @@
  * The outcome is reported with the token that came with the job, which only this module holds.
  *
  * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_next_job, op_sandbox_report,
- *           op_output_write, op_tools_call, op_tools_catalog (and host_deno.js's own).
+ *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_ready (and host_deno.js's own).
  */
 import "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
 import { loadPyodide } from "../pyodide/pyodide.mjs";
@@ -26,6 +26,7 @@ const host = {
   writeOutput: (stream, bytes) => ops.op_output_write(stream, bytes),
   callTool: (server, tool, argsJson) => ops.op_tools_call(server, tool, argsJson),
   catalogJson: () => ops.op_tools_catalog(),
+  serverReady: (server) => ops.op_tools_server_ready(server),
 };
 
 let pyodide;

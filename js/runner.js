@@ -6,6 +6,8 @@
  *   host.writeOutput(stream, bytes)      stream 1 = stdout, 2 = stderr; bytes is a Uint8Array view
  *   host.callTool(server, tool, json)    -> Promise<string> (a JSON envelope, see codemode.py)
  *   host.catalogJson()                   -> string: the servers and tools Python may call
+ *   host.serverReady(server)             -> Promise<string>: "" once a starting server is up, else why not
+ *                                           (optional: a host whose servers are ready at once omits it)
  *
  * The Python half of the bridge is codemode.py; its source is handed in as `preludeSource`.
  */
@@ -113,6 +115,7 @@ export async function bootSandbox(settings, host) {
   pyodide.registerJsModule("_codemode_host", {
     call_tool: (server, tool, argsJson) => host.callTool(server, tool, argsJson),
     catalog_json: () => host.catalogJson(),
+    server_ready: (server) => (host.serverReady ? host.serverReady(server) : Promise.resolve("")),
   });
   // A restored snapshot carries the random state it was made with: draw fresh (or seeded) state.
   pyodide.runPython("import codemode\ncodemode.reseed()");

@@ -543,7 +543,8 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
             timeout: config::DEFAULT_TIMEOUT,
         }],
     };
-    let hub = Hub::start(Some(&config)).await;
+    let hub = Hub::start(Some(&config));
+    hub.wait_started().await;
     let run = async {
         let sandbox = Sandbox::new(SandboxConfig {
             tools: hub.clone(),

@@ -64,7 +64,8 @@ pub struct ServerConfig {
 /// Why the config could not be loaded. The CLI exits with status 2 on any of these.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", path.display())]
+    /// The io error is not in the message: it is the source, which `{:#}` prints once.
+    #[error("cannot read config file {}", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,

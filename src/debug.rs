@@ -36,6 +36,10 @@ print("no filesystem server is running; plain Python instead")
 "#;
 
 pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
+    // A bad config is reported as itself, not as the failed handshake of a server that exited.
+    if let Some(path) = crate::config::resolve_path(config) {
+        crate::config::load(&path)?;
+    }
     let exe = std::env::current_exe().context("cannot find our own executable")?;
     let mut command = tokio::process::Command::new(exe);
     command.arg("serve");
@@ -62,7 +66,7 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
         );
     }
 
-    let tools = client.list_all_tools().await.context("tools/list failed")?;
+    let tools = settled_tools(&client).await?;
     println!("\n» tools/list: {} tools", tools.len());
     for tool in &tools {
         let first = tool
@@ -151,6 +155,39 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
         }
     );
     Ok(ok)
+}
+
+/// tools/list once no configured server is still in its first start (the server answers at once
+/// and starts its downstream servers in the background), or after the hub's init timeout.
+async fn settled_tools(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+) -> anyhow::Result<Vec<rmcp::model::Tool>> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(35);
+    let mut told = false;
+    loop {
+        let tools = client.list_all_tools().await.context("tools/list failed")?;
+        let starting: Vec<String> = tools
+            .iter()
+            .find(|t| t.name == "execute_code")
+            .and_then(|t| t.description.as_deref())
+            .map(servers_not_running)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|line| line.ends_with(": starting"))
+            .collect();
+        if starting.is_empty() || Instant::now() >= deadline {
+            return Ok(tools);
+        }
+        if !told {
+            println!(
+                "  waiting for {} server(s) to start: {}",
+                starting.len(),
+                starting.join(", ")
+            );
+            told = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// The servers execute_code's description lists as unavailable (`- name: state`), as

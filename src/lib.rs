@@ -10,3 +10,4 @@ pub mod engine;
 pub mod hub;
 pub mod parity;
 pub mod server;
+pub mod suggest;

@@ -131,9 +131,8 @@ struct RunArgs {
     /// Boot Pyodide from scratch instead of restoring the embedded snapshot (slower; for comparison).
     #[arg(long = "no-snapshot")]
     no_snapshot: bool,
-    /// Connect the configured MCP servers so the script can call `tools.<server>.<tool>(...)`.
-    #[arg(long, value_name = "PATH")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigArg,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -224,12 +223,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         mcp_code_mode::assets::SNAPSHOT
     };
     let pool = Pool::new(limits, snapshot, args.pool_size as usize);
-    let hub = Hub::start(config.as_ref()).await;
+    let hub = Hub::start(config.as_ref());
     let options = ServeOptions {
         limits,
         max_timeout: Duration::from_secs_f64(args.max_timeout),
     };
-    mcp_code_mode::server::serve_stdio(hub, pool, options).await?;
+    const NOT_A_CLIENT: &str =
+        "`serve` is an MCP server speaking JSON-RPC on stdin/stdout, for an MCP client \
+         to launch (see the README); to run a script yourself, use `mcp-code-mode run script.py`";
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprintln!("mcp-code-mode: waiting for an MCP client on stdin. {NOT_A_CLIENT}");
+    }
+    mcp_code_mode::server::serve_stdio(hub, pool, options)
+        .await
+        .map_err(|e| match e.downcast::<mcp_code_mode::server::Handshake>() {
+            Ok(failed) => anyhow::anyhow!("no MCP client on stdin ({failed}). {NOT_A_CLIENT}"),
+            Err(other) => other,
+        })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -251,14 +261,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_default();
         (code, name)
     };
-    let servers = match &args.config {
-        Some(path) => Some(config::load(path)?),
-        None => None,
-    };
-    let hub = match &servers {
-        Some(servers) => Some(Hub::start(Some(servers)).await),
-        None => None,
-    };
+    // The same lookup as `serve`; the servers start in the background, so a script that calls
+    // no tools (or calls them later) does not wait for them.
+    let servers = load_config(&args.config)?;
+    let hub = servers.as_ref().map(|servers| Hub::start(Some(servers)));
     let mut config = SandboxConfig::new(args.limits.limits());
     config.seed = args.seed;
     if args.no_snapshot {
@@ -293,7 +299,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8))
 }
 
-/// After streaming: the truncation notices and the error, as Python would print them.
+/// After streaming: the truncation notices, the last expression's value (as JSON, on its own
+/// line, unless it is None) and the error, as Python would print it.
 fn print_tail(outcome: &Outcome) {
     for (text, is_stdout) in [(&outcome.stdout, true), (&outcome.stderr, false)] {
         if let Some(at) = text.rfind("\n[mcp-code-mode: ") {
@@ -303,6 +310,10 @@ fn print_tail(outcome: &Outcome) {
                 eprint!("{}", &text[at..]);
             }
         }
+    }
+    if !outcome.result.is_null() {
+        let open_line = !outcome.stdout.is_empty() && !outcome.stdout.ends_with('\n');
+        println!("{}{}", if open_line { "\n" } else { "" }, outcome.result);
     }
     if let Some(error) = &outcome.error {
         if error.kind == "SystemExit" {

@@ -312,3 +312,159 @@ fn an_invalid_log_filter_is_named_not_ignored() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn run_prints_the_last_expressions_value_unless_it_is_none() {
+    let out = cli(
+        &["run", "-"],
+        "print('hi', end='')\n{'sum': sum(range(10))}\n",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "hi\n{\"sum\":45}\n",
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli(&["run", "-"], "print('hi')\n[].append(1)\n");
+    assert_eq!(text(&out.stdout), "hi\n");
+}
+
+/// `run` finds its servers as `serve` does: --config, else $MCP_CODE_MODE_CONFIG, else
+/// config/mcp_servers.json in the working directory.
+#[test]
+fn run_finds_the_config_as_serve_does() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("config")).unwrap();
+    let servers = serde_json::json!({"servers": {"fs": {"command": "node",
+        "args": [fixture("server-filesystem/dist/index.js"), dir.path()]}}});
+    let by_default = dir.path().join("config/mcp_servers.json");
+    std::fs::write(&by_default, servers.to_string()).unwrap();
+    let script = "sorted(n for n in dir(tools))";
+    let found = |cwd: &std::path::Path, env: Option<&std::path::Path>| {
+        let mut command = Command::new(BIN);
+        command.args(["run", "--json", "-"]).current_dir(cwd);
+        command.env_remove("MCP_CODE_MODE_CONFIG");
+        if let Some(path) = env {
+            command.env("MCP_CODE_MODE_CONFIG", path);
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        json(&child.wait_with_output().unwrap())["result"].clone()
+    };
+    assert_eq!(found(dir.path(), None), serde_json::json!(["fs"]));
+    let elsewhere = tempfile::tempdir().unwrap();
+    assert_eq!(found(elsewhere.path(), None), serde_json::json!([]));
+    assert_eq!(
+        found(elsewhere.path(), Some(&by_default)),
+        serde_json::json!(["fs"])
+    );
+}
+
+/// A server that never answers (`node` with no script waits on stdin: the `"arg"` typo) does not
+/// delay a run: the servers start in the background, and only a call to that server waits, for
+/// its timeout_s, then raises ToolError saying it is still starting.
+#[test]
+fn a_hung_server_does_not_delay_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    let servers = serde_json::json!({"servers": {"hung": {"command": "node", "timeout_s": 2}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let config = config.to_str().unwrap();
+    let timed = |args: &[&str], script: &str| {
+        let started = std::time::Instant::now();
+        let out = cli(args, script);
+        (started.elapsed().as_secs_f64(), out)
+    };
+    let (healthy, _) = timed(&["run", "-"], "print(1)");
+    let (hung, out) = timed(&["run", "--config", config, "-"], "print(1)");
+    assert_eq!(text(&out.stdout), "1\n", "{}", text(&out.stderr));
+    // Before the fix this took the 30 s init timeout; the margin absorbs a loaded machine.
+    assert!(
+        hung < healthy + 3.0,
+        "print(1) took {hung:.1} s with a hung server configured, {healthy:.1} s without"
+    );
+    let out = cli(
+        &["run", "--json", "--config", config, "-"],
+        "message = None\ntry:\n    tools.hung.anything()\nexcept ToolError as e:\n    message = str(e)\nmessage",
+    );
+    let message = json(&out)["result"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains("MCP server 'hung' is still starting after 2 s"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_huge_result_is_capped_like_the_output() {
+    let out = cli(
+        &["run", "--json", "--max-output", "1000", "-"],
+        "list(range(100_000))",
+    );
+    let result = json(&out)["result"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        result.starts_with("[0, 1, 2") || result.starts_with("[0,1,2"),
+        "{result:.100}"
+    );
+    assert!(
+        result.len() < 1300
+            && result.contains("[mcp-code-mode: result truncated: its JSON is 588891 bytes"),
+        "{result}"
+    );
+}
+
+/// The smaller first-hour stumbles: each error says what is wrong, once, and what to do.
+#[test]
+fn first_hour_errors_say_what_is_wrong_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.json");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        vec!["run", "--config", missing, "-"],
+        vec!["debug", "--config", missing],
+    ] {
+        let out = cli(&args, "print(1)");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot read config file"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches("No such file or directory").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+    }
+    // Something that is not an MCP client on stdin: say what `serve` is.
+    let out = cli_in(BIN, dir.path(), &["serve"], "hello?\n");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no MCP client on stdin") && stderr.contains("mcp-code-mode run script.py"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty() || text(&out.stdout).starts_with('{'));
+    // A host path: the error says where host files are.
+    let out = cli(&["run", "-"], "open('/etc/hostname')");
+    assert!(
+        text(&out.stderr).contains("not the host's: reach host files through"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli(&["run", "-"], "open('data.csv')");
+    assert!(
+        !text(&out.stderr).contains("host files"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -412,8 +412,7 @@ async fn unknown_tools_suggest_close_names_and_signatures_come_from_the_schema()
     assert!(e.message.contains("Did you mean: echo"), "{}", e.message);
     let o = with_tools("help(tools.test.get_sum)").await;
     assert!(
-        o.stdout
-            .contains("get_sum(*, a: float, b: float, **kwargs)"),
+        o.stdout.contains("get_sum(*, a: float, b: float) -> "),
         "{}",
         o.stdout
     );
@@ -422,7 +421,15 @@ async fn unknown_tools_suggest_close_names_and_signatures_come_from_the_schema()
         .error
         .unwrap()
         .message
-        .contains("missing a required argument: 'b'"));
+        .contains("missing required keyword argument(s): 'b'"));
+    let o = with_tools("tools.test.get_sum(a=1, b=2, c=3)").await;
+    let e = o.error.unwrap();
+    assert_eq!(e.kind, "TypeError");
+    assert!(
+        e.message.contains("unexpected keyword argument 'c'") && o.tool_calls.is_empty(),
+        "{}",
+        e.message
+    );
 }
 
 // ---- snapshot and pool ----------------------------------------------------------------------

@@ -155,7 +155,8 @@ async fn three_real_servers_catalog_calls_and_shutdown() {
         off,
     ]);
 
-    let hub = Hub::start(Some(&config)).await;
+    let hub = Hub::start(Some(&config));
+    hub.wait_started().await;
     for name in ["everything", "filesystem", "memory"] {
         assert!(
             matches!(state(&hub, name), ServerState::Running { tools } if tools > 0),
@@ -330,7 +331,8 @@ async fn failing_servers_do_not_block_the_others() {
         node_server("everything", "server-everything", &[]),
     ]);
     let started = Instant::now();
-    let hub = Hub::start(Some(&config)).await;
+    let hub = Hub::start(Some(&config));
+    hub.wait_started().await;
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "startup waited {:?}",
@@ -399,7 +401,8 @@ async fn a_killed_server_is_restarted() {
         node_server("everything", "server-everything", &[]),
         memory,
     ]);
-    let hub = Hub::start(Some(&config)).await;
+    let hub = Hub::start(Some(&config));
+    hub.wait_started().await;
     let mut changes = hub.changes();
     changes.borrow_and_update();
 
@@ -485,7 +488,8 @@ async fn a_killed_server_is_restarted() {
 async fn a_slow_call_times_out_and_the_server_keeps_working() {
     let mut everything = node_server("everything", "server-everything", &[]);
     everything.timeout = Duration::from_millis(1500);
-    let hub = Hub::start(Some(&config(vec![everything]))).await;
+    let hub = Hub::start(Some(&config(vec![everything])));
+    hub.wait_started().await;
     let t = Instant::now();
     let slow = call(
         &hub,
@@ -566,8 +570,8 @@ async fn tools_list_changed_refreshes_the_catalog() {
     let hub = Hub::start(Some(&config(vec![
         changer,
         node_server("everything", "server-everything", &[]),
-    ])))
-    .await;
+    ])));
+    hub.wait_started().await;
     let tools = |hub: &Hub| -> Vec<String> {
         hub.catalog()
             .into_iter()
@@ -638,7 +642,8 @@ async fn tools_list_changed_refreshes_the_catalog() {
 
 #[tokio::test]
 async fn no_config_means_no_servers() {
-    let hub = Hub::start(None).await;
+    let hub = Hub::start(None);
+    hub.wait_started().await;
     assert!(hub.catalog().is_empty());
     assert!(hub.status().is_empty());
     assert!(hub.summary().contains("no MCP servers configured"));
@@ -657,8 +662,8 @@ async fn dropping_the_hub_kills_its_servers() {
         "everything",
         "server-everything",
         &[],
-    )])))
-    .await;
+    )])));
+    hub.wait_started().await;
     let pid = hub.pid("everything").expect("pid");
     assert!(alive(pid));
     drop(hub);

@@ -41,5 +41,6 @@ checks!(
     cancel,
     concurrent,
     limits,
-    list_changed
+    list_changed,
+    starting
 );

@@ -5,7 +5,7 @@
 //!   host     `op_entropy_fill`, `op_clock_now`, `op_text_decode`   js/host_deno.js
 //!   output   `op_output_write`                            js/main_deno.js
 //!   sandbox  `op_sandbox_settings|ready|next_job|report`  js/main_deno.js
-//!   tools    `op_tools_catalog`, `op_tools_call`          js/main_deno.js -> codemode.py
+//!   tools    `op_tools_catalog`, `op_tools_call`, `op_tools_server_ready`          js/main_deno.js -> codemode.py
 //!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
 //!   wasm     `op_wasm_cached_module`, `op_wasm_cache_module`   js/host_deno.js
 //!   memory   `op_memory_charge`                           js/host_deno.js
@@ -163,6 +163,7 @@ deno_core::extension!(
         op_sandbox_report,
         op_tools_catalog,
         op_tools_call,
+        op_tools_server_ready,
         op_snapshot_read,
         op_snapshot_save,
         op_wasm_cached_module,
@@ -346,6 +347,22 @@ fn op_sandbox_report(
 fn op_tools_catalog(state: &mut OpState) -> String {
     let host = state.borrow::<ToolBridge>().host();
     signature::python_view(&host.catalog(), &host.unavailable()).to_string()
+}
+
+/// Waits until a server that was starting when the job began is up (or failed), bounded by the
+/// server's timeout_s: "" when it runs (Python then reads the catalogue again), else why not.
+#[op2]
+#[string]
+async fn op_tools_server_ready(state: Rc<RefCell<OpState>>, #[string] server: String) -> String {
+    let wait = state
+        .borrow()
+        .borrow::<ToolBridge>()
+        .host()
+        .wait_ready(&server);
+    match wait.await {
+        Ok(()) => String::new(),
+        Err(e) => e.0,
+    }
 }
 
 #[op2]

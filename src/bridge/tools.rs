@@ -53,6 +53,12 @@ pub trait ToolHost: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Resolves once `server` is no longer starting, or after its own bounded wait: `Ok` when it
+    /// runs (a script that reached it while it started gets its real tools), else why not.
+    fn wait_ready(&self, _server: &str) -> BoxFuture<'static, Result<(), ToolCallError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Calls `server`'s tool `tool` (its MCP name) and returns the value Python receives.
     fn call(
         &self,

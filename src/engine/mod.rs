@@ -302,6 +302,7 @@ impl Sandbox {
             }
             Err(e) => (Value::Null, Some(e), 1),
         };
+        let result = cap_result(result, self.limits.max_output);
         Outcome {
             stdout: captured.stdout,
             stderr: captured.stderr,
@@ -372,4 +373,26 @@ pub fn human_duration(d: Duration) -> String {
     } else {
         format!("{secs:.1} s")
     }
+}
+
+/// A result whose JSON is longer than the output cap becomes a string: the start of that JSON
+/// and a notice saying how much was dropped, so a huge value cannot flood the client's context.
+fn cap_result(result: Value, max_output: usize) -> Value {
+    if matches!(result, Value::Null | Value::Bool(_) | Value::Number(_)) {
+        return result;
+    }
+    let json = result.to_string();
+    if json.len() <= max_output {
+        return result;
+    }
+    let mut end = max_output;
+    while !json.is_char_boundary(end) {
+        end -= 1;
+    }
+    Value::String(format!(
+        "{}\n[mcp-code-mode: result truncated: its JSON is {} bytes; {} more bytes were dropped after the first {max_output} (--max-output). Return less, or print a summary]",
+        &json[..end],
+        json.len(),
+        json.len() - end
+    ))
 }

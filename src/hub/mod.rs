@@ -2,8 +2,8 @@
 //! [`ToolHost`].
 //!
 //! `Hub::start` launches every enabled server concurrently (each as a child process in its own
-//! process group) and waits for their first start attempts; a server that fails is reported and
-//! retried with backoff, never blocking the others. A crashed server is restarted the same way.
+//! process group) and returns at once; a server that fails is reported and retried with backoff,
+//! never blocking the others or start-up. A crashed server is restarted the same way.
 //! The catalogue (running servers and their tools) has a version counter others can watch.
 //!
 //! **Invariant:** calls run on the hub's runtime, whatever thread polls the future returned by
@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use shape::shape_result;
@@ -77,10 +77,12 @@ impl std::fmt::Display for ServerState {
 }
 
 impl Hub {
-    /// Starts every enabled server of `config` (none when `config` is `None`) and returns once
-    /// each has finished its first start attempt, successful or not (at most ~30 s, the init
-    /// timeout). Must be called inside a Tokio runtime, which then runs the hub's tasks.
-    pub async fn start(config: Option<&Config>) -> Arc<Hub> {
+    /// Starts every enabled server of `config` (none when `config` is `None`) in the background
+    /// and returns at once: a slow or hung server never delays start-up. Until a server's first
+    /// start attempt ends it is "starting"; calls to it wait for it (up to its `timeout_s`), and
+    /// [`Hub::changes`] ticks when it comes up. Must be called inside a Tokio runtime, which then
+    /// runs the hub's tasks.
+    pub fn start(config: Option<&Config>) -> Arc<Hub> {
         let shared = Arc::new(Shared::new());
         let runtime = tokio::runtime::Handle::current();
         let servers = config.map(|c| c.servers.as_slice()).unwrap_or_default();
@@ -88,15 +90,11 @@ impl Hub {
             .iter()
             .map(|s| Arc::new(Slot::new(s.clone())))
             .collect();
-        let mut supervisors = Vec::new();
-        let mut first_attempts = Vec::new();
-        for slot in slots.iter().filter(|s| !s.config.disabled) {
-            let (first, first_done) = oneshot::channel();
-            supervisors.push(runtime.spawn(server::supervise(slot.clone(), shared.clone(), first)));
-            first_attempts.push(first_done);
-        }
-        // A closed channel means the supervisor ended (shutdown): as good as done.
-        futures::future::join_all(first_attempts).await;
+        let supervisors = slots
+            .iter()
+            .filter(|s| !s.config.disabled)
+            .map(|slot| runtime.spawn(server::supervise(slot.clone(), shared.clone())))
+            .collect();
         Arc::new(Hub {
             config_path: config.map(|c| c.path.clone()),
             slots,
@@ -104,6 +102,20 @@ impl Hub {
             runtime,
             supervisors: Mutex::new(supervisors),
         })
+    }
+
+    /// Waits until every enabled server's first start attempt has ended, successful or not (at
+    /// most ~30 s, the init timeout): for `debug`, benches and tests, which want the catalogue
+    /// settled. The server and `run` never wait.
+    pub async fn wait_started(&self) {
+        let first_attempts = self.slots.iter().map(|slot| async move {
+            let mut phase = slot.phase.subscribe();
+            // A closed channel means the hub is gone: as good as done.
+            let _ = phase
+                .wait_for(|p| !matches!(p, Phase::Starting { previous: None }))
+                .await;
+        });
+        futures::future::join_all(first_attempts).await;
     }
 
     /// The catalogue version: it changes whenever a server starts or stops or its tools change.
@@ -268,6 +280,18 @@ impl ToolHost for Hub {
             .collect()
     }
 
+    fn wait_ready(&self, server: &str) -> BoxFuture<'static, Result<(), ToolCallError>> {
+        let Some(slot) = self.slot(server).cloned() else {
+            return Box::pin(async { Ok(()) });
+        };
+        let deadline = tokio::time::Instant::now() + slot.config.timeout;
+        let task = AbortOnDrop(
+            self.runtime
+                .spawn(async move { ready(&slot, deadline).await.map(drop) }),
+        );
+        Box::pin(async move { task.await.unwrap_or(Ok(())) })
+    }
+
     fn call(
         &self,
         server: &str,
@@ -421,8 +445,14 @@ fn unknown_tool(server: &str, tool: &str, live: &Live) -> String {
     if more > 0 {
         list.push_str(&format!(" and {more} more"));
     }
+    let close = crate::suggest::did_you_mean(tool, live.tools.iter().map(|t| t.name.as_str()), 3);
     if list.is_empty() {
         format!("MCP server '{server}' has no tool '{tool}' (it lists no tools)")
+    } else if !close.is_empty() {
+        format!(
+            "MCP server '{server}' has no tool '{tool}'; did you mean {}?",
+            close.join(", ")
+        )
     } else {
         format!("MCP server '{server}' has no tool '{tool}'; its tools: {list}")
     }

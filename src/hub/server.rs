@@ -63,6 +63,15 @@ impl Shared {
         self.version.send_modify(|v| *v += 1);
     }
 
+    /// Changes a server's phase and the catalogue version as one step: whoever sees the new
+    /// phase and then reads the version sees it bumped (the version's lock is held meanwhile).
+    pub fn set_and_bump(&self, slot: &Slot, phase: Phase) {
+        self.version.send_modify(|v| {
+            slot.set(phase);
+            *v += 1;
+        });
+    }
+
     pub fn live_groups(&self) -> Vec<i32> {
         lock(&self.groups).iter().copied().collect()
     }
@@ -166,15 +175,14 @@ pub(crate) fn seconds(d: Duration) -> String {
     }
 }
 
-/// Runs one server until the hub shuts down; `first` fires when its first start attempt has ended
-/// (either way), so the hub's startup can wait for the initial catalogue.
-pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: oneshot::Sender<()>) {
-    let mut first = Some(first);
+/// Runs one server until the hub shuts down.
+pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>) {
     let mut backoff = FIRST_BACKOFF;
     let shutdown = shared.shutdown.clone();
     let name = slot.name().to_owned();
     let mut previous = None;
     let mut last_logged: Option<String> = None;
+    let mut first_attempt = true;
     loop {
         slot.set(Phase::Starting {
             previous: previous.take(),
@@ -192,11 +200,7 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: onesh
                     "MCP server '{name}' is running with {} tools",
                     instance.live.tools.len()
                 );
-                slot.set(Phase::Running(instance.live.clone()));
-                shared.bump();
-                if let Some(first) = first.take() {
-                    let _ = first.send(());
-                }
+                shared.set_and_bump(&slot, Phase::Running(instance.live.clone()));
                 let (ended, instance) = watch_running(&slot, &shared, instance).await;
                 instance.stop().await;
                 match ended {
@@ -213,9 +217,6 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: onesh
         };
         // Reasons are verb phrases ("exited with status 1"): messages read "it exited ...".
         let reason = format!("it {reason}");
-        if let Some(first) = first.take() {
-            let _ = first.send(());
-        }
         let delay = backoff;
         backoff = (backoff * 2).min(MAX_BACKOFF);
         // The same failure every 30 s is noise after the first report.
@@ -231,15 +232,19 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>, first: onesh
             );
             last_logged = Some(reason.clone());
         }
-        slot.set(Phase::Down {
+        let down = Phase::Down {
             reason: reason.clone(),
             retry_at: Some(Instant::now() + delay),
-        });
-        previous = Some(reason);
-        // Only a server that left the catalogue changes it; a failing retry loop does not.
-        if was_running {
-            shared.bump();
+        };
+        // A server that left the catalogue changes it, and so does the end of the first attempt
+        // (its tools' description turns from "starting" to why it is down); a retry loop does not.
+        if was_running || first_attempt {
+            shared.set_and_bump(&slot, down);
+        } else {
+            slot.set(down);
         }
+        previous = Some(reason);
+        first_attempt = false;
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = shutdown.cancelled() => break,
@@ -401,8 +406,7 @@ async fn refresh_tools(slot: &Slot, shared: &Shared, instance: &mut Instance) {
         tools,
         pid: instance.live.pid,
     });
-    slot.set(Phase::Running(instance.live.clone()));
-    shared.bump();
+    shared.set_and_bump(slot, Phase::Running(instance.live.clone()));
 }
 
 /// Our side of the connection: it only needs to hear that the tool list changed.

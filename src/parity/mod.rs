@@ -581,7 +581,8 @@ impl Runner {
         if let Err(e) = std::fs::create_dir_all(&self.scratch) {
             tracing::warn!("cannot make {}: {e}", self.scratch.display());
         }
-        let hub = Hub::start(Some(config)).await;
+        let hub = Hub::start(Some(config));
+        hub.wait_started().await;
         for status in hub.status() {
             if !matches!(
                 status.state,

@@ -7,7 +7,7 @@ use crate::bridge::signature::{docstring, python_name, signature};
 use crate::bridge::{ServerCatalog, ToolSpec};
 
 pub const USAGE: &str = "Call tools as plain functions with keyword arguments: \
-`entries = tools.filesystem.list_directory(path=\"/data\")` (or `await` them; use \
+`result = tools.<server>.<tool>(arg=...)` (or `await` them; use \
 `asyncio.gather(tools.s.t.aio(...), ...)` for concurrency). A tool returns its structured result \
 (dict/list) when it has one, else its text parsed as JSON when it parses, else the text. A failing \
 tool raises ToolError (.server, .tool, .message). Dashed names use underscores (get-sum -> get_sum). \
@@ -206,10 +206,11 @@ pub fn search(catalog: &[ServerCatalog], query: &str, detail: Detail, limit: usi
     out
 }
 
-/// get_tool_signatures: full stubs for each named tool; the flag says whether all were found.
-pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, bool) {
+/// get_tool_signatures: full stubs for each named tool, and how many of the names were found (a
+/// partial answer says which were not, first).
+pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, usize) {
     let mut parts = Vec::new();
-    let mut all_found = true;
+    let mut missing = Vec::new();
     for name in names {
         let wanted = name.trim().trim_start_matches("tools.");
         let (server, tool) = match wanted.split_once('.') {
@@ -225,7 +226,7 @@ pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, bool)
         match matches.as_slice() {
             [(s, t)] => parts.push(render(s, t, Detail::Full)),
             [] => {
-                all_found = false;
+                missing.push(name.as_str());
                 let all: Vec<String> = catalog
                     .iter()
                     .flat_map(|s| {
@@ -234,18 +235,13 @@ pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, bool)
                         })
                     })
                     .collect();
-                let close = closest(wanted, &all);
                 parts.push(format!(
                     "# {name}: no such tool{}",
-                    if close.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; did you mean {}?", close.join(", "))
-                    }
+                    crate::suggest::hint(wanted, all.iter().map(String::as_str))
                 ));
             }
             several => {
-                all_found = false;
+                missing.push(name.as_str());
                 let names: Vec<String> = several
                     .iter()
                     .map(|(s, t)| format!("{}.{}", python_name(&s.server), python_name(&t.name)))
@@ -257,21 +253,16 @@ pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, bool)
             }
         }
     }
-    (parts.join("\n\n"), all_found)
-}
-
-/// Up to three names sharing the most character pairs with `wanted`.
-fn closest(wanted: &str, names: &[String]) -> Vec<String> {
-    let pairs = |s: &str| -> Vec<(char, char)> {
-        let chars: Vec<char> = s.to_lowercase().chars().collect();
-        chars.windows(2).map(|w| (w[0], w[1])).collect()
-    };
-    let want = pairs(wanted);
-    let mut scored: Vec<(usize, &String)> = names
-        .iter()
-        .map(|n| (pairs(n).iter().filter(|p| want.contains(p)).count(), n))
-        .filter(|(s, _)| *s > 1)
-        .collect();
-    scored.sort_by_key(|s| std::cmp::Reverse(s.0));
-    scored.into_iter().take(3).map(|(_, n)| n.clone()).collect()
+    let found = names.len() - missing.len();
+    if found > 0 && !missing.is_empty() {
+        parts.insert(
+            0,
+            format!(
+                "# {found} of {} found; not found: {}",
+                names.len(),
+                missing.join(", ")
+            ),
+        );
+    }
+    (parts.join("\n\n"), found)
 }

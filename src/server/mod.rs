@@ -192,11 +192,14 @@ impl CodeModeServer {
         let failed = outcome.error.is_some();
         let report = serde_json::to_value(ExecutionReport::from(outcome))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        Ok(if failed {
+        let text = report_text(&report);
+        let mut result = if failed {
             CallToolResult::structured_error(report)
         } else {
             CallToolResult::structured(report)
-        })
+        };
+        result.content = vec![ContentBlock::text(text)];
+        Ok(result)
     }
 
     #[tool(
@@ -207,6 +210,7 @@ impl CodeModeServer {
         &self,
         Parameters(args): Parameters<ListToolsArgs>,
     ) -> Result<CallToolResult, McpError> {
+        let _ = tokio::time::timeout(FIRST_START_GRACE, self.hub.wait_started()).await;
         let text = catalog::list(
             &self.hub.catalog(),
             &unavailable(&self.hub),
@@ -226,6 +230,7 @@ impl CodeModeServer {
         &self,
         Parameters(args): Parameters<SearchToolsArgs>,
     ) -> Result<CallToolResult, McpError> {
+        let _ = tokio::time::timeout(FIRST_START_GRACE, self.hub.wait_started()).await;
         let text = catalog::search(
             &self.hub.catalog(),
             &args.query,
@@ -243,8 +248,10 @@ impl CodeModeServer {
         &self,
         Parameters(args): Parameters<GetSignaturesArgs>,
     ) -> Result<CallToolResult, McpError> {
-        let (text, all_found) = catalog::signatures(&self.hub.catalog(), &args.names);
-        Ok(if all_found {
+        let _ = tokio::time::timeout(FIRST_START_GRACE, self.hub.wait_started()).await;
+        let (text, found) = catalog::signatures(&self.hub.catalog(), &args.names);
+        // Partial success is success: the model gets what exists and reads which names did not.
+        Ok(if found > 0 || args.names.is_empty() {
             CallToolResult::success(vec![ContentBlock::text(text)])
         } else {
             CallToolResult::error(vec![ContentBlock::text(text)])
@@ -269,6 +276,9 @@ impl ServerHandler for CodeModeServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        // A one-shot client (the Inspector's CLI) lists once: give servers in their first start
+        // a moment, so the catalogue is usually complete; a hung one costs this call 2 s at most.
+        let _ = tokio::time::timeout(FIRST_START_GRACE, self.hub.wait_started()).await;
         let mut tools = self.tool_router.list_all();
         // execute_code's description carries the live catalogue of servers.
         for tool in tools.iter_mut().filter(|t| t.name == "execute_code") {
@@ -278,6 +288,49 @@ impl ServerHandler for CodeModeServer {
         }
         Ok(ListToolsResult::with_all_items(tools))
     }
+}
+
+/// How long tools/list and the discovery tools wait for servers still in their first start.
+const FIRST_START_GRACE: Duration = Duration::from_secs(2);
+
+/// Reports up to this size go whole into the text content too (the spec's copy for clients that
+/// read no structuredContent); larger ones get a summary there, not the same payload twice.
+const FULL_TEXT_COPY: usize = 8 * 1024;
+
+/// The text content of an execute_code result: the report's JSON when small, else a summary.
+fn report_text(report: &Value) -> String {
+    let json = report.to_string();
+    if json.len() <= FULL_TEXT_COPY {
+        return json;
+    }
+    let head = |key: &str| -> String {
+        let text = match &report[key] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let mut end = text.len().min(2048);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end < text.len() {
+            format!("{}… ({} bytes in all)", &text[..end], text.len())
+        } else {
+            text
+        }
+    };
+    let mut out = format!(
+        "The full report ({} bytes of JSON) is in structuredContent; its start:\nstdout: {}",
+        json.len(),
+        head("stdout")
+    );
+    for key in ["stderr", "result", "error"] {
+        if !report[key].is_null() && report[key] != "" {
+            out.push_str(&format!("\n{key}: {}", head(key)));
+        }
+    }
+    let calls = report["tool_calls"].as_array().map_or(0, Vec::len);
+    out.push_str(&format!("\ntool_calls: {calls}"));
+    out
 }
 
 /// Configured servers that serve no tools right now (starting, failed, disabled), and why.
@@ -330,6 +383,13 @@ impl ToolHost for ReportingHost {
         self.inner.unavailable()
     }
 
+    fn wait_ready(
+        &self,
+        server: &str,
+    ) -> BoxFuture<'static, Result<(), crate::bridge::ToolCallError>> {
+        self.inner.wait_ready(server)
+    }
+
     fn call(
         &self,
         server: &str,
@@ -348,6 +408,11 @@ impl ToolHost for ReportingHost {
     }
 }
 
+/// What stood on stdin was not an MCP client: the initialize handshake failed.
+#[derive(Debug, thiserror::Error)]
+#[error("the MCP handshake failed: {0}")]
+pub struct Handshake(String);
+
 /// Serves MCP on stdin/stdout until the client disconnects, then shuts the hub down.
 pub async fn serve_stdio(
     hub: Arc<Hub>,
@@ -355,10 +420,15 @@ pub async fn serve_stdio(
     options: ServeOptions,
 ) -> anyhow::Result<()> {
     let server = CodeModeServer::new(hub.clone(), pool, options);
-    let running = server.serve(rmcp::transport::stdio()).await?;
+    // Subscribed before the handshake: servers start in the background, and one that comes up
+    // while the client initializes must still be announced.
+    let mut changes = hub.changes();
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| Handshake(e.to_string()))?;
     // Tell the client when downstream tools change: execute_code's description lists them.
     let peer = running.peer().clone();
-    let mut changes = hub.changes();
     let notifier = tokio::spawn(async move {
         while changes.changed().await.is_ok() {
             if let Err(e) = peer.notify_tool_list_changed().await {

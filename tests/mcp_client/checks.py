@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import anyio
@@ -49,7 +50,19 @@ server.connect(new StdioServerTransport());
 """
 
 
-def setup(tmp: Path, with_changer=False):
+# A server that takes 2 s before it answers anything, and one that never answers (as a config typo
+# that leaves `node` reading a script from stdin would).
+LATE_JS = """
+const { McpServer } = require("@modelcontextprotocol/sdk/server/mcp.js");
+const { StdioServerTransport } = require("@modelcontextprotocol/sdk/server/stdio.js");
+const server = new McpServer({ name: "late", version: "1.0.0" });
+server.registerTool("hello", { description: "Says hello" },
+  async () => ({ content: [{ type: "text", text: "hello from late" }] }));
+setTimeout(() => server.connect(new StdioServerTransport()), 2000);
+"""
+
+
+def setup(tmp: Path, with_changer=False, with_starting=False):
     data = tmp / "data"
     (data / "notes").mkdir(parents=True)
     (data / "notes" / "alpha.txt").write_text("alpha line one\nalpha line two\n")
@@ -77,6 +90,14 @@ def setup(tmp: Path, with_changer=False):
             "args": [str(tmp / "changer.cjs")],
             "env": {"NODE_PATH": str(MODULES.parent)},
         }
+    if with_starting:
+        (tmp / "late.cjs").write_text(LATE_JS)
+        config["mcpServers"]["late"] = {
+            "command": "node",
+            "args": [str(tmp / "late.cjs")],
+            "env": {"NODE_PATH": str(MODULES.parent)},
+        }
+        config["mcpServers"]["hung"] = {"command": "node", "args": [], "timeout_s": 3}
     config_path = tmp / "servers.json"
     config_path.write_text(json.dumps(config, indent=2))
     env = dict(os.environ, TEST_DATA_DIR=str(data.resolve()), TEST_MEMORY_FILE=str(tmp / "memory.jsonl"))
@@ -92,7 +113,10 @@ async def execute(client, code, progress_callback=None, **extra):
         expect(key in report, f"report lacks {key!r}: {report}")
     expect(bool(result.is_error) == (report["error"] is not None), f"isError disagrees with error: {result}")
     text = "".join(getattr(c, "text", "") for c in result.content)
-    expect(json.loads(text) == report, "the text copy differs from structuredContent")
+    if len(json.dumps(report)) <= 8 * 1024:
+        expect(json.loads(text) == report, "the text copy differs from structuredContent")
+    else:  # a big report is not sent twice: the text is a summary
+        expect(len(text) < 8 * 1024 and text.startswith("The full report ("), f"text content of a big report: {text[:300]!r}")
     return report
 
 
@@ -120,7 +144,13 @@ async def check_catalog(client, data, tmp):
     sig = await client.call_tool("get_tool_signatures", {"names": ["filesystem.read_text_file", "everything.get-sum"]})
     expect(not sig.is_error and "def read_text_file(*, path: str" in text(sig) and "MCP name: get-sum" in text(sig), text(sig))
     bad = await client.call_tool("get_tool_signatures", {"names": ["filesystem.read_txt_file"]})
-    expect(bad.is_error and "did you mean filesystem.read_text_file" in text(bad), text(bad))
+    expect(bad.is_error and "did you mean filesystem.read_text_file?" in text(bad), text(bad))
+    # One unknown name among found ones is a partial answer, not an error.
+    part = await client.call_tool("get_tool_signatures", {"names": ["memory.create_entities", "nope.nothing"]})
+    expect(not part.is_error and text(part).startswith("# 1 of 2 found; not found: nope.nothing"), text(part))
+    # Nested shapes are spelled out, so an agent need not guess the inner keys.
+    expect("entities: list[Entity]" in text(part)
+           and "Entity = {name: str, entityType: str, observations: list[str]}" in text(part), text(part))
 
 
 async def check_workflow(client, data, tmp):
@@ -171,6 +201,16 @@ async def check_errors(client, data, tmp):
     expect(report["error"]["type"] == "AttributeError" and "read_text_file" in report["error"]["message"], report["error"])
     report = await execute(client, "tools.filesytem")
     expect("Did you mean: filesystem" in report["error"]["message"], report["error"])
+    expect(report["error"]["message"].lower().count("did you mean") == 1, f"suggested twice: {report['error']}")
+    expect(report["error"]["traceback"].lower().count("did you mean") == 1, f"suggested twice: {report['error']}")
+    # A mistyped keyword is refused (it used to be passed on and ignored), naming the right one,
+    # and the traceback ends at the user's line, not inside the bridge.
+    report = await execute(client, f"tools.filesystem.read_text_file(path={str(data / 'notes' / 'alpha.txt')!r}, heads=1)")
+    error = report["error"]
+    expect(error["type"] == "TypeError" and "'heads'; did you mean 'head'?" in error["message"], error)
+    expect(report["tool_calls"] == [] and "<codemode>" not in error["traceback"], report)
+    report = await execute(client, "tools.filesystem.read_text_file(file='x')")
+    expect("unexpected keyword argument 'file'" in report["error"]["message"], report["error"])
 
 
 async def check_progress(client, data, tmp):
@@ -300,6 +340,10 @@ async def check_limits(client, data, tmp):
     expect(report["error"]["type"] == "TimeoutError", report["error"])
     bad = await client.call_tool("execute_code", {"code": "1", "timeout_s": -5})
     expect(bad.is_error and "timeout_s" in "".join(c.text for c in bad.content), bad)
+    # A 5 MB result is capped like stdout (the server's --max-output, 1 MiB), with a notice.
+    report = ok(await execute(client, "'x' * 5_000_000"))
+    expect(isinstance(report["result"], str) and len(report["result"]) < 1_100_000
+           and "[mcp-code-mode: result truncated: its JSON is 5000002 bytes" in report["result"], report["result"][-300:])
 
 
 async def check_list_changed(client, data, tmp):
@@ -319,7 +363,44 @@ async def check_list_changed(client, data, tmp):
     expect(report["result"] == "fresh-tool works", report)
 
 
+async def check_starting(client, data, tmp):
+    # main() measured the handshake and did not wait for the servers; `hung` never answers.
+    expect(CONNECT_SECONDS[0] < 10.0, f"initialize took {CONNECT_SECONDS[0]:.1f} s while a server hangs")
+    description = lambda tools: next(t.description for t in tools.tools if t.name == "execute_code")
+    first = description(await client.list_tools())
+    expect("- hung: starting" in first, first)
+    started = time.monotonic()
+    report = ok(await execute(client, "print(1)"))
+    took = time.monotonic() - started
+    # Generous bound for a loaded machine: the failure this guards against is the 30 s init timeout.
+    expect(report["stdout"] == "1\n" and took < 10.0, f"print(1) took {took:.1f} s while a server hangs: {report}")
+    # A call to a server still starting waits for it (bounded by its timeout_s), then runs.
+    report = ok(await execute(client, "tools.late.hello()"))
+    expect(report["result"] == "hello from late", report)
+    with anyio.fail_after(10):  # its coming up changed the catalogue: the client is told
+        while "notifications/tools/list_changed" not in NOTIFICATIONS:
+            await anyio.sleep(0.05)
+    expect("- late (1 tools)" in description(await client.list_tools()), "late is not listed as running")
+    report = await execute(client, "tools.hung.anything()")
+    error = report["error"] or {}
+    expect(error.get("type") == "ToolError" and "still starting after 3 s" in error.get("message", ""), report)
+    report = ok(await execute(client, "tools.filesystem.list_allowed_directories()"))
+    expect(str(data) in json.dumps(report["result"]), report)
+
+
+async def settle(client):
+    """Waits until no configured server is in its first start, as a patient client would."""
+    with anyio.fail_after(40):
+        while True:
+            tools = await client.list_tools()
+            text = next(t.description for t in tools.tools if t.name == "execute_code")
+            if ": starting" not in text:
+                return
+            await anyio.sleep(0.1)
+
+
 NOTIFICATIONS = []
+CONNECT_SECONDS = []
 
 
 async def record_notification(message):
@@ -340,9 +421,15 @@ async def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data, config_path, env = setup(tmp, with_changer=args.check == "list_changed")
+        data, config_path, env = setup(
+            tmp, with_changer=args.check == "list_changed", with_starting=args.check == "starting"
+        )
         params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path)], env=env)
+        connecting = time.monotonic()
         async with Client(params, mode=args.mode, read_timeout_seconds=60, message_handler=record_notification) as client:
+            CONNECT_SECONDS.append(time.monotonic() - connecting)
+            if args.check != "starting":
+                await settle(client)
             await CHECKS[args.check](client, data, tmp)
             print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version})")
 
