@@ -315,6 +315,7 @@ impl ToolHost for EchoHost {
     fn catalog(&self) -> Vec<ServerCatalog> {
         let spec = |name: &str, schema: Value| ToolSpec {
             name: name.into(),
+            python_name: String::new(),
             description: format!("The {name} tool."),
             input_schema: schema,
             output_schema: None,

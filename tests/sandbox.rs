@@ -429,6 +429,7 @@ impl ToolHost for CountingHost {
             description: String::new(),
             tools: vec![ToolSpec {
                 name: "echo".into(),
+                python_name: String::new(),
                 description: String::new(),
                 input_schema: json!({"type": "object"}),
                 output_schema: None,

@@ -14,12 +14,14 @@ const KEYWORDS: &[&str] = &[
     "with", "yield",
 ];
 
-/// `get-sum` → `get_sum`; `2fa` → `_2fa`; `class` → `class_`.
+/// `get-sum` → `get_sum`; `2fa` → `_2fa`; `class` → `class_`. ASCII only: a look-alike letter
+/// (Cyrillic `а`) becomes `_`, so no two names that read the same are told apart by it.
 pub fn python_name(name: &str) -> String {
     let mut out: String = name
         .chars()
+        .take(128)
         .map(|c| {
-            if c.is_alphanumeric() || c == '_' {
+            if c.is_ascii_alphanumeric() || c == '_' {
                 c
             } else {
                 '_'
@@ -37,6 +39,29 @@ pub fn python_name(name: &str) -> String {
 
 fn is_identifier(name: &str) -> bool {
     python_name(name) == name
+}
+
+/// Gives every tool of one server its own Python name: tools whose names map alike (`a.b`,
+/// `a_b`; `get-sum`, `get_sum`) keep the plain one for the tool already spelled that way (else
+/// the first by MCP name), the others get `_2`, `_3`, ... in MCP-name order, so the mapping is
+/// stable however the server orders its list. The docstring shows each MCP name.
+pub fn assign_python_names(tools: &mut [ToolSpec]) {
+    let mut order: Vec<usize> = (0..tools.len()).collect();
+    order.sort_by(|&a, &b| {
+        let mapped = |i: usize| python_name(&tools[i].name) != tools[i].name;
+        (mapped(a), &tools[a].name).cmp(&(mapped(b), &tools[b].name))
+    });
+    let mut taken = std::collections::HashSet::new();
+    for i in order {
+        let base = python_name(&tools[i].name);
+        let mut name = base.clone();
+        let mut n = 2;
+        while !taken.insert(name.clone()) {
+            name = format!("{base}_{n}");
+            n += 1;
+        }
+        tools[i].python_name = name;
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -470,8 +495,9 @@ pub fn docstring(spec: &ToolSpec, sig: &Signature) -> String {
     } else {
         spec.description.trim().to_owned()
     };
-    if python_name(&spec.name) != spec.name {
-        doc.push_str(&format!("\n\nMCP name: {}", spec.name));
+    if spec.py_name() != spec.name {
+        // Quoted and escaped: a name can hold anything, and this text reaches the model.
+        doc.push_str(&format!("\n\nMCP name: {:?}", spec.name));
     }
     let described: Vec<&Param> = sig
         .params
@@ -542,7 +568,7 @@ pub fn python_view(
                     let sig = signature(tool);
                     serde_json::json!({
                         "name": tool.name,
-                        "pythonName": python_name(&tool.name),
+                        "pythonName": tool.py_name(),
                         "doc": docstring(tool, &sig),
                         "signature": sig,
                     })
@@ -568,6 +594,7 @@ mod tests {
     fn spec(input: Value, output: Option<Value>) -> ToolSpec {
         ToolSpec {
             name: "read-file".into(),
+            python_name: String::new(),
             description: "Reads.".into(),
             input_schema: input,
             output_schema: output,

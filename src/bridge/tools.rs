@@ -16,7 +16,12 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolSpec {
+    /// The MCP name, exactly as the server spells it (calls send it back as is).
     pub name: String,
+    /// Its Python identifier when the host assigned one (unique within the server, see
+    /// `signature::assign_python_names`); empty means `signature::python_name(name)`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub python_name: String,
     #[serde(default)]
     pub description: String,
     #[serde(default)]
@@ -25,6 +30,17 @@ pub struct ToolSpec {
     pub output_schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
+}
+
+impl ToolSpec {
+    /// The identifier Python calls this tool by.
+    pub fn py_name(&self) -> String {
+        if self.python_name.is_empty() {
+            super::signature::python_name(&self.name)
+        } else {
+            self.python_name.clone()
+        }
+    }
 }
 
 /// One downstream server and its tools.

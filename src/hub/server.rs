@@ -8,7 +8,7 @@
 //! spawn until the whole group is killed, so shutdown (and `Drop`) can kill what the server itself
 //! started (e.g. `npx` → `node`).
 
-use super::shape::tool_spec;
+use super::shape::{printable, tool_specs};
 use crate::bridge::ToolSpec;
 use crate::config::ServerConfig;
 use futures::future::{Fuse, FusedFuture, FutureExt};
@@ -38,6 +38,8 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 const STDERR_TAIL_LINES: usize = 5;
+/// Longest stderr line a server gets logged; the rest of a longer one is dropped.
+const MAX_STDERR_LINE: usize = 16 * 1024;
 
 /// State shared by the hub and all supervisors (never the hub itself, so the hub can drop).
 pub(crate) struct Shared {
@@ -384,7 +386,7 @@ async fn refresh_tools(slot: &Slot, shared: &Shared, instance: &mut Instance) {
     let name = slot.name();
     let listed = tokio::time::timeout(INIT_TIMEOUT, instance.live.peer.list_all_tools()).await;
     let tools: Vec<ToolSpec> = match listed {
-        Ok(Ok(tools)) => tools.iter().map(tool_spec).collect(),
+        Ok(Ok(tools)) => tool_specs(&tools),
         Ok(Err(e)) => {
             tracing::warn!("MCP server '{name}' changed its tools but listing them failed: {e}");
             return;
@@ -461,7 +463,7 @@ async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
         Ok(Ok((service, tools))) => {
             let live = Arc::new(Live {
                 peer: service.peer().clone(),
-                tools: tools.iter().map(tool_spec).collect(),
+                tools: tool_specs(&tools),
                 pid,
             });
             return Ok(Instance {
@@ -704,26 +706,48 @@ async fn forward_stderr(
     done: oneshot::Sender<()>,
 ) {
     let mut reader = BufReader::new(stderr);
-    let mut buffer = Vec::new();
+    let mut line = Vec::new();
+    // Past MAX_STDERR_LINE the line is logged cut and the rest of it skipped: a server writing
+    // a gigabyte without a newline costs us this much, not a gigabyte.
+    let mut skipping = false;
     loop {
-        buffer.clear();
-        match reader.read_until(b'\n', &mut buffer).await {
-            Ok(0) => break,
-            Ok(_) => {
-                // Lossy: a server's bytes must never stop us draining the pipe (it would block).
-                let line = String::from_utf8_lossy(&buffer);
-                let line = line.trim_end_matches(['\n', '\r']);
-                tracing::info!(target: "downstream", server = %name, "{line}");
-                let mut tail = lock(&tail);
-                if tail.len() == STDERR_TAIL_LINES {
-                    tail.pop_front();
-                }
-                tail.push_back(truncate(line, 300));
-            }
+        let chunk = match reader.fill_buf().await {
+            Ok([]) => break,
+            Ok(chunk) => chunk,
             Err(e) => {
                 tracing::debug!(target: "downstream", server = %name, "stderr unreadable: {e}");
                 break;
             }
+        };
+        let (used, ended) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (chunk.len(), false),
+        };
+        if !skipping {
+            let room = MAX_STDERR_LINE - line.len();
+            line.extend_from_slice(&chunk[..used.min(room)]);
+        }
+        reader.consume(used);
+        let full = line.len() >= MAX_STDERR_LINE;
+        if ended || (full && !skipping) {
+            if !skipping {
+                // Lossy: a server's bytes must never stop us draining the pipe (it would block).
+                let text = printable(&String::from_utf8_lossy(&line), false);
+                let text = text.trim_end();
+                let cut = if ended {
+                    ""
+                } else {
+                    " … [line cut: longer than 16 KiB]"
+                };
+                tracing::info!(target: "downstream", server = %name, "{text}{cut}");
+                let mut tail = lock(&tail);
+                if tail.len() == STDERR_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(truncate(text, 300));
+            }
+            line.clear();
+            skipping = !ended;
         }
     }
     let _ = done.send(());

@@ -66,16 +66,36 @@ fn error_text(result: &CallToolResult) -> String {
     }
 }
 
+/// Longest tool description kept; the rest is cut with a note (a server's text reaches the model).
+const MAX_DESCRIPTION: usize = 4096;
+
+/// A server's tool list as the bridge describes it to Python: each tool's Python name unique.
+pub fn tool_specs(tools: &[Tool]) -> Vec<ToolSpec> {
+    let mut specs: Vec<ToolSpec> = tools.iter().map(tool_spec).collect();
+    crate::bridge::signature::assign_python_names(&mut specs);
+    specs
+}
+
 /// One rmcp tool as the bridge describes it to Python.
 pub fn tool_spec(tool: &Tool) -> ToolSpec {
     let description = tool
         .description
         .as_deref()
         .or(tool.title.as_deref())
-        .unwrap_or_default()
-        .to_owned();
+        .unwrap_or_default();
+    let mut description = printable(description, true);
+    if description.len() > MAX_DESCRIPTION {
+        let mut end = MAX_DESCRIPTION;
+        while !description.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = description.len();
+        description.truncate(end);
+        description.push_str(&format!("… [description cut at {end} of {total} bytes]"));
+    }
     ToolSpec {
         name: tool.name.to_string(),
+        python_name: String::new(),
         description,
         input_schema: Value::Object(tool.input_schema.as_ref().clone()),
         output_schema: tool
@@ -89,12 +109,68 @@ pub fn tool_spec(tool: &Tool) -> ToolSpec {
     }
 }
 
+/// `text` without terminal control: ANSI escape sequences and control characters are dropped
+/// (newlines and tabs kept when `multiline`, else each becomes a space).
+pub fn printable(text: &str, multiline: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                // CSI (`ESC [ ... final`) or OSC (`ESC ] ... BEL|ESC \\`); else just the ESC.
+                match chars.peek() {
+                    Some('[') => {
+                        chars.next();
+                        for c in chars.by_ref() {
+                            if ('\u{40}'..='\u{7e}').contains(&c) {
+                                break;
+                            }
+                        }
+                    }
+                    Some(']') => {
+                        while let Some(c) = chars.next() {
+                            if c == '\u{7}' || c == '\u{9c}' {
+                                break;
+                            }
+                            if c == '\u{1b}' && chars.peek() == Some(&'\\') {
+                                chars.next();
+                                break;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            '\r' => {}
+            '\n' | '\t' if multiline => out.push(c),
+            '\n' | '\t' => out.push(' '),
+            c if c.is_control() => {}
+            // Bidirectional overrides can make text read differently from what it is.
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn result(value: Value) -> CallToolResult {
         serde_json::from_value(value).expect("a valid CallToolResult")
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_model() {
+        assert_eq!(
+            printable(
+                "\u{1b}[31mred\u{1b}[0m ok\u{7}\u{1b}]0;title\u{7}!\nnext\r",
+                true
+            ),
+            "red ok!\nnext"
+        );
+        assert_eq!(printable("a\nb\u{202e}c", false), "a bc");
     }
 
     #[test]

@@ -142,7 +142,7 @@ async def check_catalog(client, data, tmp):
     found = text(await client.call_tool("search_tools", {"query": "sum numbers", "detail": "signature"}))
     expect(found.splitlines()[0].startswith("tools.everything.get_sum(*, a: float, b: float"), found)
     sig = await client.call_tool("get_tool_signatures", {"names": ["filesystem.read_text_file", "everything.get-sum"]})
-    expect(not sig.is_error and "def read_text_file(*, path: str" in text(sig) and "MCP name: get-sum" in text(sig), text(sig))
+    expect(not sig.is_error and "def read_text_file(*, path: str" in text(sig) and 'MCP name: "get-sum"' in text(sig), text(sig))
     bad = await client.call_tool("get_tool_signatures", {"names": ["filesystem.read_txt_file"]})
     expect(bad.is_error and "did you mean filesystem.read_text_file?" in text(bad), text(bad))
     # One unknown name among found ones is a partial answer, not an error.
