@@ -138,6 +138,7 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    harden_process();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -243,6 +244,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Kernel-level settings for the whole process, before any thread or child exists.
+fn harden_process() {
+    // SAFETY: prctl with these options only changes attributes of this process.
+    unsafe {
+        // Not dumpable: a same-user process (say, a downstream server) can no longer open
+        // /proc/<our pid>/fd/1 and write into the MCP channel, nor ptrace us. Children are
+        // unaffected (execve resets it).
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        // A child subreaper: a server's descendant that escapes with setsid is reparented to
+        // us, not init, so shutdown can still kill it (hub::server::kill_escapees).
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
 /// Exit codes: 0 the script succeeded, 1 it raised (or was stopped), 2 usage or configuration error.
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (code, filename) = if args.script.as_os_str() == "-" {
@@ -295,6 +310,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&outcome)?);
     } else {
         print_tail(&outcome);
+    }
+    // Explicitly, not on drop: the sandbox's thread may hold the hub past our exit, and then
+    // nothing would stop the servers' escaped descendants.
+    if let Some(hub) = &hub {
+        hub.shutdown().await;
     }
     Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8))
 }

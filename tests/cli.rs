@@ -1,6 +1,6 @@
 //! The `mcp-code-mode run` command as a user runs it: streams, --json, exit codes, stdin.
 
-use crate::util::{cli, cli_in, json, text, BIN};
+use crate::util::{cli, cli_in, fixture, json, text, BIN};
 use std::process::{Command, Stdio};
 
 #[test]
@@ -92,13 +92,6 @@ fn seeded_runs_give_identical_bytes() {
     let b = cli(&["run", "--seed", "7", "-"], script);
     assert_eq!(a.stdout, b.stdout);
     assert!(!a.stdout.is_empty());
-}
-
-fn fixture(path: &str) -> String {
-    format!(
-        "{}/tests/fixtures/node_modules/@modelcontextprotocol/{path}",
-        env!("CARGO_MANIFEST_DIR")
-    )
 }
 
 #[test]
@@ -467,53 +460,4 @@ fn first_hour_errors_say_what_is_wrong_once() {
         "{}",
         text(&out.stderr)
     );
-}
-
-/// A server whose tool names collide once mapped to Python, whose descriptions carry terminal
-/// escapes and a `"""`, and whose stderr floods without a newline: every tool stays reachable
-/// under a stable name, no control character reaches the script, and a well-behaved server
-/// beside it keeps working.
-#[test]
-fn hostile_tool_names_and_descriptions_are_made_safe() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("hello.txt"), "hi").unwrap();
-    let hostile = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile/names_server.py");
-    let config = dir.path().join("servers.json");
-    let servers = serde_json::json!({"servers": {
-        "hostile": {"command": "python3", "args": [hostile]},
-        "fs": {"command": "node", "args": [fixture("server-filesystem/dist/index.js"), dir.path()]}}});
-    std::fs::write(&config, servers.to_string()).unwrap();
-    let script = format!(
-        "h = tools.hostile\n\
-         names = sorted(dir(h))\n\
-         called = {{n: getattr(h, n)() for n in names}}\n\
-         doc = h.a_b_2.__doc__\n\
-         {{'names': names, 'called': called, 'doc_clean': not any(ord(c) < 32 and c != '\\n' for c in doc),\n\
-          'doc': doc, 'fs': tools.fs.read_text_file(path={:?})['content']}}",
-        dir.path().join("hello.txt")
-    );
-    let out = cli(
-        &["run", "--json", "--config", config.to_str().unwrap(), "-"],
-        &script,
-    );
-    let v = json(&out);
-    assert_eq!(v["error"], serde_json::Value::Null, "{v}");
-    let r = &v["result"];
-    assert_eq!(
-        r["names"],
-        serde_json::json!(["_", "__2", "a_b", "a_b_2", "get_sum", "get_sum_2"])
-    );
-    assert_eq!(
-        r["called"],
-        serde_json::json!({"_": "", "__2": "\n", "a_b": "a_b", "a_b_2": "a.b",
-                           "get_sum": "get_sum", "get_sum_2": "get-sum"})
-    );
-    let doc = r["doc"].as_str().unwrap();
-    assert_eq!(r["doc_clean"], true, "{doc:?}");
-    assert!(
-        doc.contains("MCP name: \"a.b\"") && doc.contains("RED plain"),
-        "{doc:?}"
-    );
-    assert!(!doc.contains('\u{202e}'), "{doc:?}");
-    assert_eq!(r["fs"], "hi");
 }

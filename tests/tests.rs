@@ -1,6 +1,7 @@
 //! The one integration-test binary (each V8-linking binary weighs ~65 MB): modules by layer.
 
 mod cli;
+mod downstream;
 mod engine;
 mod hub;
 mod parity;

@@ -62,3 +62,11 @@ pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out.stdout)))
 }
+
+/// A real MCP server from tests/fixtures (installed from npm by `.ci/run`).
+pub fn fixture(path: &str) -> String {
+    format!(
+        "{}/tests/fixtures/node_modules/@modelcontextprotocol/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}

@@ -12,6 +12,7 @@
 
 mod server;
 pub mod shape;
+mod wire;
 
 use crate::bridge::{ServerCatalog, ToolCallError, ToolHost};
 use crate::config::Config;
@@ -404,9 +405,10 @@ async fn call_tool(
             seconds(timeout)
         ))),
         Ok(Ok(result)) => shape_result(&result),
-        Ok(Err(ServiceError::McpError(error))) => {
-            Err(ToolCallError(format!("{name}: {}", error.message)))
-        }
+        Ok(Err(ServiceError::McpError(error))) => Err(ToolCallError(format!(
+            "MCP server '{name}': {}",
+            error.message
+        ))),
         Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => Err(
             ToolCallError(crashed_during_call(&slot, &live, &tool).await),
         ),

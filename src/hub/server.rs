@@ -78,11 +78,13 @@ impl Shared {
         lock(&self.groups).iter().copied().collect()
     }
 
-    /// SIGKILLs every group still recorded: the last resort of shutdown and `Drop`.
+    /// SIGKILLs every group still recorded, and every escapee: the last resort of shutdown and
+    /// `Drop`.
     pub fn kill_all_groups(&self) {
         for pgid in lock(&self.groups).drain() {
             kill_group(pgid, libc::SIGKILL);
         }
+        kill_escapees();
         self.groups_changed.notify_waiters();
     }
 }
@@ -90,6 +92,57 @@ impl Shared {
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere must not take the hub down with it: the data is still consistent.
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Kills (with their groups) and reaps our children that left our session: a server's
+/// descendant that called `setsid` escapes its process group, and, its parent gone, is
+/// reparented to us because the cli makes this process a child subreaper
+/// (`PR_SET_CHILD_SUBREAPER`). Without the subreaper it goes to init, beyond our reach.
+fn kill_escapees() {
+    // SAFETY: getpid/getsid only read our own ids.
+    let (ours, our_session) = unsafe { (libc::getpid(), libc::getsid(0)) };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+        let Some(fields) = stat.rsplit_once(") ").map(|(_, rest)| rest) else {
+            continue;
+        };
+        let fields: Vec<&str> = fields.split_whitespace().collect();
+        let (Some(ppid), Some(session)) = (
+            fields.get(1).and_then(|f| f.parse::<i32>().ok()),
+            fields.get(3).and_then(|f| f.parse::<i32>().ok()),
+        ) else {
+            continue;
+        };
+        if ppid == ours && session != our_session {
+            tracing::warn!("killing process {pid}: a downstream server's descendant that left its process group");
+            kill_group(pid, libc::SIGKILL);
+            // SAFETY: kill and waitpid act on our own child, by pid.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            // Reaped so no zombie is left; bounded, in case it is stuck in the kernel.
+            for _ in 0..100 {
+                // SAFETY: as above.
+                if unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) } != 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
 }
 
 fn kill_group(pgid: i32, signal: libc::c_int) {
@@ -441,8 +494,9 @@ async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
         refresh: slot.refresh.clone(),
     };
     let connect = async {
+        let guarded = super::wire::guard(slot.name(), stdout, stdin);
         let service = handler
-            .serve_with_ct((stdout, stdin), connection.clone())
+            .serve_with_ct(guarded, connection.clone())
             .await
             .map_err(|e| format!("the MCP handshake failed: {e}"))?;
         let tools = service
