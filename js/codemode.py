@@ -5,8 +5,8 @@ in the script's own line numbers), and exposes the configured MCP servers' tools
 `tools.<server>.<tool>(**kwargs)`, callable plainly (JSPI `run_sync`) or with `await`.
 
 Host-neutral: it reaches the host only through the JS module `_codemode_host`
-(`call_tool(server, tool, args_json) -> Promise[str]`, `catalog_json() -> str`,
-`server_ready(server) -> Promise`).
+(`call_tool(server, tool, args_json) -> Promise[str]`, `catalog_json() -> str` (the servers),
+`server_tools_json(server) -> str` (one server's tools), `server_ready(server) -> Promise`).
 """
 
 import builtins
@@ -214,55 +214,91 @@ def _failing_tool(server, tool, message):
     return call
 
 
+def _is_dunder(name):
+    """Python's own protocol names (copy, pickle, IPython probe them): never a tool or server."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
 class _Server:
-    def __init__(self, name, spec):
+    """tools.<server>: its tools are read from the host the first time the script touches it,
+    and each tool's callable is made on first use, so a script pays only for what it uses."""
+
+    def __init__(self, name, entry):
         self._name = name
-        self._description = spec.get("description") or ""
-        self._unavailable = spec.get("unavailable")
-        self._tools = {}
-        for tool_spec in spec.get("tools", []):
-            self._tools[tool_spec["pythonName"]] = _make_tool(name, tool_spec)
+        self._description = entry.get("description") or ""
+        self._unavailable = entry.get("unavailable")
+        self._count = entry.get("tools", 0)
+        self._specs = None  # pythonName -> spec, once read
+        self._tools = {}  # pythonName -> callable, as made
         self.__doc__ = self._description or f"MCP server '{name}'"
         if self._unavailable:
             self.__doc__ = f"MCP server '{name}': configured, {self._unavailable}"
+            self._specs = {}
+
+    def _tool_specs(self):
+        specs = self.__dict__.get("_specs")
+        if specs is None:
+            listed = json.loads(_host().server_tools_json(self._name) or "[]")
+            specs = self._specs = {spec["pythonName"]: spec for spec in listed}
+        return specs
 
     def __getattr__(self, attr):
-        tools = self.__dict__.get("_tools", {})
+        if "_name" not in self.__dict__:
+            raise AttributeError(attr)
+        tools = self._tools
         if attr in tools:
             return tools[attr]
-        if attr.startswith("__"):
+        # A protocol probe (copy, pickle) must not make us read the server's tools.
+        specs = self._specs if _is_dunder(attr) else self._tool_specs()
+        if specs and attr in specs:
+            tool = tools[attr] = _make_tool(self._name, specs[attr])
+            return tool
+        if _is_dunder(attr):
             raise AttributeError(attr)
-        unavailable = self.__dict__.get("_unavailable")
+        unavailable = self._unavailable
         if unavailable:
-            # Still starting when the job began: wait for it (bounded by its timeout_s) and take
-            # its real tools, signatures and checks included.
-            if unavailable.startswith("starting") and can_run_sync():
-                why_not = run_sync(_host().server_ready(self._name))
-                if not why_not and self._refresh():
-                    return getattr(self, attr)
-                if why_not:
-                    return _failing_tool(self._name, attr, why_not)
+            why_not = self._wait_if_starting()
+            if why_not is None:
+                return getattr(self, attr)
+            if why_not:
+                return _failing_tool(self._name, attr, why_not)
             # Its tools are unknown while it is down: the call goes through and the hub answers
             # with why (or with the result, if the server has come up since).
             return _make_tool(self._name, {"name": attr, "pythonName": attr, "doc": self.__doc__,
                                            "signature": {"params": [], "var_kwargs": True, "open": True, "returns": "Any"}})
-        close = _close(python_name(attr), tools)
-        hint = f" Did you mean: {', '.join(close)}?" if close else f" Its tools: {', '.join(sorted(tools)) or '(none)'}."
+        close = _close(python_name(attr), specs)
+        hint = f" Did you mean: {', '.join(close)}?" if close else f" Its tools: {', '.join(sorted(specs)) or '(none)'}."
         # name=None: Python's own "Did you mean" would repeat (or contradict) ours.
         raise AttributeError(f"server '{self._name}' has no tool '{attr}'.{hint}", name=None, obj=None)
 
+    def _wait_if_starting(self):
+        """A server still starting when the job began: waits for it (bounded by its timeout_s).
+        None once it runs (its real tools, signatures and checks are then read), else why not
+        ("" when it cannot be waited for here)."""
+        if not (self._unavailable or "").startswith("starting") or not can_run_sync():
+            return ""
+        why_not = run_sync(_host().server_ready(self._name))
+        if not why_not and self._refresh():
+            return None
+        return why_not
+
     def _refresh(self):
-        for spec in json.loads(_host().catalog_json()):
-            if spec["server"] == self._name and not spec.get("unavailable"):
-                self.__init__(self._name, spec)
+        for entry in json.loads(_host().catalog_json()):
+            if entry["server"] == self._name and not entry.get("unavailable"):
+                self.__init__(self._name, entry)
                 return True
         return False
 
     def __dir__(self):
-        return sorted(self._tools)
+        if self._unavailable:
+            self._wait_if_starting()
+        return sorted(self._tool_specs())
 
     def __repr__(self):
-        return f"<MCP server {self._name}: {len(self._tools)} tools>"
+        if self._unavailable:
+            return f"<MCP server {self._name}: {self._unavailable}>"
+        count = len(self._specs) if self._specs is not None else self._count
+        return f"<MCP server {self._name}: {count} tools>"
 
 
 class _Tools:
@@ -275,7 +311,7 @@ class _Tools:
         servers = self.__dict__.get("_servers", {})
         if attr in servers:
             return servers[attr]
-        if attr.startswith("__"):
+        if _is_dunder(attr):
             raise AttributeError(attr)
         close = _close(python_name(attr), servers)
         hint = (f" Did you mean: {', '.join(close)}?" if close

@@ -328,7 +328,7 @@ globalThis.TextDecoder = class TextDecoder {
 // buffer at once, so only one uncounted copy exists, and only while encode runs.
 const Uint8ArrayOf = Uint8Array;
 const typedArraySet = Object.getPrototypeOf(Uint8Array.prototype).set;
-function encodeCounted(text) {
+export function encodeCounted(text) {
   const bytes = core.encode(String(text));
   const counted = new Uint8ArrayOf(bytes.length);
   ReflectApply(typedArraySet, counted, [bytes]);

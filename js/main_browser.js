@@ -14,7 +14,8 @@
  * The worker reaches Rust only through the run's endpoints (relative to the page's URL):
  *   GET  settings        engine::boot_settings: exactly what the V8 host boots with
  *   GET  entropy?n=N     N bytes of the run's seeded stream (crypto.getRandomValues, synchronous)
- *   GET  catalog         the tool catalogue Python sees (synchronous, like op_tools_catalog)
+ *   GET  catalog         the tool catalogue's index Python sees (synchronous, like op_tools_catalog)
+ *   POST server-tools    one server's tools, the name as the body (like op_tools_server_catalog)
  *   POST tool            {server, tool, arguments_json} -> the same JSON envelope as op_tools_call
  *   POST output          framed stdout/stderr bytes, capped on the Rust side like op_output_write
  *   GET  snapshot        the V8 host's Pyodide memory snapshot, when settings.restoreSnapshot
@@ -207,6 +208,7 @@ function startWorker() {
       }
     },
     catalogJson: () => new TextDecoder().decode(syncRequest("GET", "catalog")),
+    serverToolsJson: (server) => new TextDecoder().decode(syncRequest("POST", "server-tools", server)),
   };
 
   async function boot() {

@@ -7,9 +7,10 @@
  * The outcome is reported with the token that came with the job, which only this module holds.
  *
  * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_next_job, op_sandbox_report,
- *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_ready (and host_deno.js's own).
+ *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_catalog, op_tools_server_ready
+ *           (and host_deno.js's own).
  */
-import "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
+import { encodeCounted } from "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
 import { loadPyodide } from "../pyodide/pyodide.mjs";
 import createPyodideModule from "../pyodide/pyodide.asm.mjs";
 import { bootSandbox, runJob } from "./runner.js";
@@ -22,11 +23,15 @@ delete globalThis.__bootstrap;
 if ("Deno" in globalThis || "__bootstrap" in globalThis) throw new Error("could not seal the sandbox's global");
 const settings = JSON.parse(ops.op_sandbox_settings());
 
+// Strings reach the tool ops as bytes in counted buffers: the ops check a size before they
+// copy anything, and no copy of a script's string escapes the memory budget.
 const host = {
   writeOutput: (stream, bytes) => ops.op_output_write(stream, bytes),
-  callTool: (server, tool, argsJson) => ops.op_tools_call(server, tool, argsJson),
+  callTool: (server, tool, argsJson) =>
+    ops.op_tools_call(encodeCounted(server), encodeCounted(tool), encodeCounted(argsJson)),
   catalogJson: () => ops.op_tools_catalog(),
-  serverReady: (server) => ops.op_tools_server_ready(server),
+  serverToolsJson: (server) => ops.op_tools_server_catalog(encodeCounted(server)),
+  serverReady: (server) => ops.op_tools_server_ready(encodeCounted(server)),
 };
 
 let pyodide;

@@ -5,7 +5,8 @@
  *
  *   host.writeOutput(stream, bytes)      stream 1 = stdout, 2 = stderr; bytes is a Uint8Array view
  *   host.callTool(server, tool, json)    -> Promise<string> (a JSON envelope, see codemode.py)
- *   host.catalogJson()                   -> string: the servers and tools Python may call
+ *   host.catalogJson()                   -> string: the index of servers Python may call (no tools yet)
+ *   host.serverToolsJson(server)         -> string: that server's tools, read when Python first touches it
  *   host.serverReady(server)             -> Promise<string>: "" once a starting server is up, else why not
  *                                           (optional: a host whose servers are ready at once omits it)
  *
@@ -115,6 +116,7 @@ export async function bootSandbox(settings, host) {
   pyodide.registerJsModule("_codemode_host", {
     call_tool: (server, tool, argsJson) => host.callTool(server, tool, argsJson),
     catalog_json: () => host.catalogJson(),
+    server_tools_json: (server) => host.serverToolsJson(server),
     server_ready: (server) => (host.serverReady ? host.serverReady(server) : Promise.resolve("")),
   });
   // A restored snapshot carries the random state it was made with: draw fresh (or seeded) state.

@@ -3,6 +3,11 @@
 
 use crate::util::{cli, fixture, json};
 
+/// The most our process may hold at its peak while hostile servers answer (`run`, default
+/// --memory-mb): measured ~260 MiB with the 20 MB answer; a server's output is bounded, so a
+/// regression (an unbounded copy of what it sends) shows as hundreds of MiB more.
+const PEAK_MIB: u64 = 512;
+
 /// A config with `hostile` (the given script and args) and a real filesystem server over `dir`.
 fn config_with(dir: &std::path::Path, script: &str, args: &[&str]) -> String {
     let hostile = format!("{}/tests/hostile/{script}", env!("CARGO_MANIFEST_DIR"));
@@ -35,9 +40,15 @@ fn unreadable_responses_fail_their_call_at_once_with_the_reason() {
          out",
         dir.path().join("hello.txt")
     );
-    let out = cli(&["run", "--json", "--config", &config, "-"], &script);
+    let (out, peak_kib) =
+        crate::util::cli_peak(&["run", "--json", "--config", &config, "-"], &script);
     let v = json(&out);
     assert_eq!(v["error"], serde_json::Value::Null, "{v}");
+    assert!(
+        peak_kib < PEAK_MIB * 1024,
+        "peak RSS {} MiB (bound {PEAK_MIB})",
+        peak_kib / 1024
+    );
     let r = &v["result"];
     let expect = [
         (
@@ -127,11 +138,16 @@ fn a_bad_tool_costs_only_itself_and_listing_is_bounded() {
     );
 
     let config = config_with(dir.path(), "wire_server.py", &["endless"]);
-    let out = cli(
+    let (out, peak_kib) = crate::util::cli_peak(
         &["run", "--json", "--config", &config, "-"],
         "len(dir(tools.hostile))",
     );
     assert_eq!(json(&out)["result"], 50);
+    assert!(
+        peak_kib < PEAK_MIB * 1024,
+        "peak RSS {} MiB",
+        peak_kib / 1024
+    );
     assert!(crate::util::text(&out.stderr).contains("stopped listing tools after 50 pages"));
 }
 
@@ -206,15 +222,12 @@ fn a_server_cannot_reach_our_stdout_or_outlive_us() {
         std::path::PathBuf::from(crate::util::BIN)
     };
     let script = dir.path().join("escape_server.py");
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/hostile/escape_server.py"
-        ),
-        &script,
-    )
-    .unwrap();
-    open(&script, 0o644);
+    for file in ["escape_server.py", "jsonrpc.py"] {
+        let copy = dir.path().join(file);
+        let hostile = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hostile");
+        std::fs::copy(format!("{hostile}/{file}"), &copy).unwrap();
+        open(&copy, 0o644);
+    }
     let config = dir.path().join("servers.json");
     let servers = serde_json::json!({"servers": {"escape": {"command": "python3", "args": [&script, dir.path()]}}});
     std::fs::write(&config, servers.to_string()).unwrap();

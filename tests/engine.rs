@@ -334,7 +334,7 @@ impl ToolHost for EchoHost {
                     json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
                 ),
                 spec("fail", json!({"type": "object"})),
-            ],
+            ].into(),
         }]
     }
 

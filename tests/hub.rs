@@ -576,7 +576,7 @@ async fn tools_list_changed_refreshes_the_catalog() {
         hub.catalog()
             .into_iter()
             .find(|c| c.server == "changer")
-            .map(|c| c.tools.into_iter().map(|t| t.name).collect())
+            .map(|c| c.tools.iter().map(|t| t.name.clone()).collect())
             .unwrap_or_default()
     };
     assert_eq!(

@@ -434,7 +434,8 @@ impl ToolHost for CountingHost {
                 input_schema: json!({"type": "object"}),
                 output_schema: None,
                 annotations: None,
-            }],
+            }]
+            .into(),
         }]
     }
     fn call(
@@ -492,5 +493,45 @@ async fn huge_tool_arguments_are_refused_before_parsing() {
         o.result.as_str().unwrap().contains("more than the 8 MiB"),
         "{}",
         o.result
+    );
+}
+
+/// The tool ops take a script's strings as counted bytes and check their size before copying
+/// them; waiting for a server takes a call slot like a call does.
+#[tokio::test]
+async fn tool_op_arguments_are_checked_before_they_are_copied() {
+    let (o, reached) = with_counted_tools(
+        "import _codemode_host as host, json\n\
+from pyodide.ffi import run_sync\n\
+big = 's' * (16 * 2**20)\n\
+call = json.loads(run_sync(host.call_tool(big, 'echo', '{}')))\n\
+tool = json.loads(run_sync(host.call_tool('test', big, '{}')))\n\
+listed = host.server_tools_json(big)\n\
+waits = [run_sync(host.server_ready('test')) for _ in range(1000)]\n\
+try:\n    tools.test.echo()\n    after = 'called'\nexcept ToolError as e:\n    after = e.message\n\
+[call['error'], tool['error'], listed, sorted(set(waits)), run_sync(host.server_ready(big)), after]",
+    )
+    .await;
+    assert_eq!(o.error, None, "{}", error_text(&o));
+    assert_eq!(reached, 0);
+    let r = &o.result;
+    let too_long = |what: &str| {
+        format!("a {what} name of 16777216 bytes is longer than any served (4096 at most)")
+    };
+    assert_eq!(r[0], json!(too_long("server")), "{r}");
+    assert_eq!(r[1], json!(too_long("tool")), "{r}");
+    assert_eq!(r[2], json!(""), "{r}");
+    assert_eq!(r[3], json!([""]), "1000 waits for a running server: {r}");
+    assert!(
+        r[4].as_str()
+            .unwrap()
+            .contains("already started 1000 tool calls"),
+        "{r}"
+    );
+    assert!(
+        r[5].as_str()
+            .unwrap()
+            .contains("already started 1000 tool calls"),
+        "{r}"
     );
 }

@@ -42,5 +42,6 @@ checks!(
     concurrent,
     limits,
     list_changed,
-    starting
+    starting,
+    many
 );

@@ -54,6 +54,45 @@ pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> O
     child.wait_with_output().expect("the binary ends")
 }
 
+/// [`cli`], and the peak RSS of the binary in KiB (its own, from `wait4`: not the test's, and
+/// not its children's, which are reaped by it).
+pub fn cli_peak(args: &[&str], stdin: &str) -> (Output, u64) {
+    // Reaped by wait4 below, which std's `wait` cannot do with the usage figures.
+    #[allow(clippy::zombie_processes)]
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes)
+                .map(|_| bytes)
+                .unwrap_or_default()
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    let output = Output {
+        status: std::os::unix::process::ExitStatusExt::from_raw(status),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    (output, usage.ru_maxrss as u64)
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

@@ -5,7 +5,7 @@
 //!   host     `op_entropy_fill`, `op_clock_now`, `op_text_decode`   js/host_deno.js
 //!   output   `op_output_write`                            js/main_deno.js
 //!   sandbox  `op_sandbox_settings|ready|next_job|report`  js/main_deno.js
-//!   tools    `op_tools_catalog`, `op_tools_call`, `op_tools_server_ready`          js/main_deno.js -> codemode.py
+//!   tools    `op_tools_catalog|server_catalog|call|server_ready`   js/main_deno.js -> codemode.py
 //!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
 //!   wasm     `op_wasm_cached_module`, `op_wasm_cache_module`   js/host_deno.js
 //!   memory   `op_memory_charge`                           js/host_deno.js
@@ -24,8 +24,9 @@ pub mod memory;
 pub mod output;
 pub mod signature;
 pub mod tools;
+pub mod view;
 
-use deno_core::{op2, v8, OpDecl, OpState};
+use deno_core::{op2, v8, JsBuffer, OpDecl, OpState};
 use deno_error::JsErrorBox;
 use memory::MemoryBudget;
 use rand_chacha::ChaCha20Rng;
@@ -162,6 +163,7 @@ deno_core::extension!(
         op_sandbox_next_job,
         op_sandbox_report,
         op_tools_catalog,
+        op_tools_server_catalog,
         op_tools_call,
         op_tools_server_ready,
         op_snapshot_read,
@@ -342,36 +344,43 @@ fn op_sandbox_report(
     Ok(())
 }
 
+/// The catalogue index the job reads at its start (see [`view::PythonView::index`]).
 #[op2]
 #[string]
 fn op_tools_catalog(state: &mut OpState) -> String {
-    let host = state.borrow::<ToolBridge>().host();
-    signature::python_view(&host.catalog(), &host.unavailable()).to_string()
+    state.borrow::<ToolBridge>().catalog_index()
+}
+
+/// One server's tools, in the version `op_tools_catalog` last read: read when the script first
+/// touches `tools.<server>`.
+#[op2]
+#[string]
+fn op_tools_server_catalog(state: &mut OpState, #[buffer] server: &[u8]) -> String {
+    match std::str::from_utf8(server) {
+        Ok(server) if server.len() <= tools::MAX_NAME_BYTES => {
+            state.borrow::<ToolBridge>().server_tools(server)
+        }
+        _ => String::new(),
+    }
 }
 
 /// Waits until a server that was starting when the job began is up (or failed), bounded by the
 /// server's timeout_s: "" when it runs (Python then reads the catalogue again), else why not.
+/// Names arrive as bytes (counted buffers), so nothing is copied before it is checked.
 #[op2]
 #[string]
-async fn op_tools_server_ready(state: Rc<RefCell<OpState>>, #[string] server: String) -> String {
-    let wait = state
-        .borrow()
-        .borrow::<ToolBridge>()
-        .host()
-        .wait_ready(&server);
-    match wait.await {
-        Ok(()) => String::new(),
-        Err(e) => e.0,
-    }
+async fn op_tools_server_ready(state: Rc<RefCell<OpState>>, #[buffer] server: JsBuffer) -> String {
+    let bridge = state.borrow().borrow::<ToolBridge>().clone();
+    bridge.wait_ready(&server).await
 }
 
 #[op2]
 #[string]
 async fn op_tools_call(
     state: Rc<RefCell<OpState>>,
-    #[string] server: String,
-    #[string] tool: String,
-    #[string] arguments_json: String,
+    #[buffer] server: JsBuffer,
+    #[buffer] tool: JsBuffer,
+    #[buffer] arguments_json: JsBuffer,
 ) -> String {
     let (bridge, budget) = {
         let state = state.borrow();
@@ -381,7 +390,7 @@ async fn op_tools_call(
         )
     };
     bridge
-        .call_envelope(server, tool, arguments_json, &budget)
+        .call_envelope(&server, &tool, &arguments_json, &budget)
         .await
 }
 

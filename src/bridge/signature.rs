@@ -6,6 +6,7 @@
 use super::tools::ToolSpec;
 use serde::Serialize;
 use serde_json::Value;
+use std::collections::HashSet;
 
 const KEYWORDS: &[&str] = &[
     "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
@@ -101,18 +102,23 @@ pub struct Signature {
     pub shapes: Vec<Shape>,
 }
 
+/// An object schema's `required` names, as a set: a schema may list 100,000 of them.
+fn required_names(schema: Option<&serde_json::Map<String, Value>>) -> HashSet<&str> {
+    schema
+        .and_then(|s| s.get("required"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 pub fn signature(spec: &ToolSpec) -> Signature {
     let schema = &spec.input_schema;
     let mut hints = Hints::new(schema);
     let empty = serde_json::Map::new();
     let properties = schema.get("properties").and_then(Value::as_object);
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let required = required_names(schema.as_object());
     let mut params: Vec<Param> = Vec::new();
     let mut extra_names = Vec::new();
     // Required first, as Python requires, each group in schema order.
@@ -325,13 +331,7 @@ impl<'a> Hints<'a> {
         props: &serde_json::Map<String, Value>,
         depth: usize,
     ) -> String {
-        let required: Vec<&str> = obj
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let required = required_names(Some(obj));
         let mut fields = Vec::new();
         for (key, prop) in props.iter().take(40) {
             let key_text = if is_identifier(key) {
@@ -544,48 +544,6 @@ pub fn docstring(spec: &ToolSpec, sig: &Signature) -> String {
     doc
 }
 
-/// The catalogue as the sandbox's Python receives it: names, signatures and docstrings decided here.
-pub fn python_view(
-    catalog: &[super::tools::ServerCatalog],
-    unavailable: &[(String, String)],
-) -> Value {
-    let down = unavailable.iter().map(|(server, why)| {
-        serde_json::json!({
-            "server": server,
-            "pythonName": python_name(server),
-            "description": "",
-            "tools": [],
-            "unavailable": why,
-        })
-    });
-    let servers: Vec<Value> = catalog
-        .iter()
-        .map(|server| {
-            let tools: Vec<Value> = server
-                .tools
-                .iter()
-                .map(|tool| {
-                    let sig = signature(tool);
-                    serde_json::json!({
-                        "name": tool.name,
-                        "pythonName": tool.py_name(),
-                        "doc": docstring(tool, &sig),
-                        "signature": sig,
-                    })
-                })
-                .collect();
-            serde_json::json!({
-                "server": server.server,
-                "pythonName": python_name(&server.server),
-                "description": server.description,
-                "tools": tools,
-            })
-        })
-        .chain(down)
-        .collect();
-    Value::Array(servers)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -676,6 +634,19 @@ mod tests {
             None,
         );
         assert_eq!(signature(&wide).render("f"), "f(*, x: Any) -> Any");
+        let names: Vec<String> = (0..100_000).map(|i| format!("p{i}")).collect();
+        let props: serde_json::Map<String, Value> = names
+            .iter()
+            .map(|n| (n.clone(), json!({"type": "string"})))
+            .collect();
+        let many = spec(
+            json!({"type": "object", "properties": props, "required": names}),
+            None,
+        );
+        // Linear: a list scan per property made this 10^10 steps.
+        let sig = signature(&many);
+        assert_eq!(sig.params.len(), 100_000);
+        assert!(sig.params.iter().all(|p| p.required));
         let mut deep = json!({"type": "string"});
         for _ in 0..120 {
             // serde_json parses at most 128 levels: the deepest a server can send.

@@ -5,6 +5,7 @@
 //! V8, so the shaping of results is tested without an isolate.
 
 use super::memory::MemoryBudget;
+use super::view::PythonView;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -49,7 +50,8 @@ pub struct ServerCatalog {
     pub server: String,
     #[serde(default)]
     pub description: String,
-    pub tools: Vec<ToolSpec>,
+    /// Shared, not copied: a catalogue may hold tens of thousands of tools.
+    pub tools: Arc<Vec<ToolSpec>>,
 }
 
 /// Why a tool call failed, in words the script's author can act on.
@@ -62,6 +64,12 @@ pub struct ToolCallError(pub String);
 pub trait ToolHost: Send + Sync + 'static {
     /// The servers serving tools now.
     fn catalog(&self) -> Vec<ServerCatalog>;
+
+    /// The catalogue as the sandbox's Python receives it. Hosts whose catalogue has a version
+    /// keep one per version (see [`ViewCache`](super::view::ViewCache)).
+    fn python_view(&self) -> Arc<PythonView> {
+        Arc::new(PythonView::new(&self.catalog(), &self.unavailable()))
+    }
 
     /// Servers that are configured but not serving tools now, each with why ("disabled", "not
     /// running: ..."). Python still sees them, so a call says why instead of "no such server".
@@ -129,6 +137,9 @@ pub struct ToolBridge {
     /// however many calls run at once.
     started: Arc<std::sync::atomic::AtomicUsize>,
     pub max_calls: usize,
+    /// The catalogue version this job reads: taken with the index, so the tools of a server it
+    /// then asks for belong to the same version.
+    view: Arc<std::sync::Mutex<Option<Arc<PythonView>>>>,
 }
 
 impl ToolBridge {
@@ -138,7 +149,50 @@ impl ToolBridge {
             calls: Default::default(),
             started: Default::default(),
             max_calls: 1000,
+            view: Default::default(),
         }
+    }
+
+    /// The index of the catalogue as it is now (see [`PythonView::index`]); the job's later
+    /// [`ToolBridge::server_tools`] answer from this version.
+    pub fn catalog_index(&self) -> String {
+        let view = self.host().python_view();
+        let index = view.index().to_owned();
+        *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+        index
+    }
+
+    /// The tools of `server` in the version the last [`ToolBridge::catalog_index`] read, as
+    /// JSON; empty when it serves none there.
+    pub fn server_tools(&self, server: &str) -> String {
+        let view = self.view.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let view = view.unwrap_or_else(|| self.host().python_view());
+        view.server_tools(server).unwrap_or_default().to_owned()
+    }
+
+    /// Takes one of the job's [`ToolBridge::max_calls`] slots, or says why not.
+    fn take_call_slot(&self) -> Result<(), ToolCallError> {
+        self.started
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_calls).then_some(n + 1)
+            })
+            .map(drop)
+            .map_err(|_| {
+                ToolCallError(format!(
+                    "this script already started {} tool calls (or waits for a server), the most one execution may make",
+                    self.max_calls
+                ))
+            })
+    }
+
+    /// Waits for `server` to finish starting (see [`ToolHost::wait_ready`]): "" when it runs,
+    /// else why not. Each wait takes a call slot, so a script cannot pile up waits for free.
+    pub async fn wait_ready(&self, server: &[u8]) -> String {
+        let result = match (self.take_call_slot(), name(server, "server")) {
+            (Err(e), _) | (_, Err(e)) => Err(e),
+            (Ok(()), Ok(server)) => self.host().wait_ready(&server).await,
+        };
+        result.err().map(|e| e.0).unwrap_or_default()
     }
 
     pub fn host(&self) -> Arc<dyn ToolHost> {
@@ -153,12 +207,18 @@ impl ToolBridge {
     /// `{"ok": true, "value": ...}` or `{"ok": false, "error": "..."}`.
     pub async fn call_envelope(
         &self,
-        server: String,
-        tool: String,
-        arguments_json: String,
+        server: &[u8],
+        tool: &[u8],
+        arguments_json: &[u8],
         budget: &Arc<MemoryBudget>,
     ) -> String {
         let started = Instant::now();
+        let (server, tool) = match (name(server, "server"), name(tool, "tool")) {
+            (Ok(server), Ok(tool)) => (server, tool),
+            (Err(e), _) | (_, Err(e)) => {
+                return serde_json::json!({"ok": false, "error": e.0}).to_string()
+            }
+        };
         let result = self.call(&server, &tool, arguments_json, budget).await;
         let record = ToolCallRecord {
             server,
@@ -181,20 +241,10 @@ impl ToolBridge {
         &self,
         server: &str,
         tool: &str,
-        arguments_json: String,
+        arguments_json: &[u8],
         budget: &Arc<MemoryBudget>,
     ) -> Result<Value, ToolCallError> {
-        let slot = self
-            .started
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max_calls).then_some(n + 1)
-            });
-        if slot.is_err() {
-            return Err(ToolCallError(format!(
-                "this script already started {} tool calls, the most one execution may make",
-                self.max_calls
-            )));
-        }
+        self.take_call_slot()?;
         if arguments_json.len() > MAX_ARGUMENTS_BYTES {
             return Err(ToolCallError(format!(
                 "the arguments of {server}.{tool} are {} bytes of JSON, more than the {} MiB one call may send",
@@ -210,7 +260,7 @@ impl ToolBridge {
                     arguments_json.len()
                 ))
             })?;
-        let arguments = match serde_json::from_str(&arguments_json) {
+        let arguments = match serde_json::from_slice(arguments_json) {
             Ok(Value::Object(map)) => map,
             Ok(other) => {
                 return Err(ToolCallError(format!(
@@ -221,6 +271,22 @@ impl ToolBridge {
         };
         self.host().call(server, tool, arguments).await
     }
+}
+
+/// The longest server or tool name a script may send, in bytes of UTF-8. Longer names exist in
+/// no catalogue (see hub::wire), so they are refused before they are copied.
+pub const MAX_NAME_BYTES: usize = 4096;
+
+/// A server or tool name as the script sent it: UTF-8 of at most [`MAX_NAME_BYTES`].
+fn name(bytes: &[u8], what: &str) -> Result<String, ToolCallError> {
+    if bytes.len() > MAX_NAME_BYTES {
+        return Err(ToolCallError(format!(
+            "a {what} name of {} bytes is longer than any served ({MAX_NAME_BYTES} at most)",
+            bytes.len()
+        )));
+    }
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| ToolCallError(format!("the {what} name is not valid UTF-8")))
 }
 
 pub fn round_ms(d: Duration) -> f64 {

@@ -14,6 +14,7 @@ mod server;
 pub mod shape;
 mod wire;
 
+use crate::bridge::view::{PythonView, ViewCache};
 use crate::bridge::{ServerCatalog, ToolCallError, ToolHost};
 use crate::config::Config;
 use futures::future::BoxFuture;
@@ -40,6 +41,8 @@ pub struct Hub {
     shared: Arc<Shared>,
     runtime: tokio::runtime::Handle,
     supervisors: Mutex<Vec<JoinHandle<()>>>,
+    /// What sandboxes read, made once per catalogue version.
+    view: ViewCache,
 }
 
 /// One configured server, for discovery tools and the startup message.
@@ -102,6 +105,7 @@ impl Hub {
             shared,
             runtime,
             supervisors: Mutex::new(supervisors),
+            view: ViewCache::default(),
         })
     }
 
@@ -265,6 +269,15 @@ impl ToolHost for Hub {
             .filter(|s| !matches!(s.state, ServerState::Running { .. }))
             .map(|s| (s.name, s.state.to_string()))
             .collect()
+    }
+
+    fn python_view(&self) -> Arc<PythonView> {
+        // The version first: the catalogue read after it is at least that new.
+        let version = *self.shared.version.borrow();
+        Arc::new(
+            self.view
+                .view(version, &self.catalog(), &self.unavailable()),
+        )
     }
 
     fn catalog(&self) -> Vec<ServerCatalog> {

@@ -179,7 +179,7 @@ pub(crate) enum Phase {
 /// A connected server.
 pub(crate) struct Live {
     pub peer: Peer<RoleClient>,
-    pub tools: Vec<ToolSpec>,
+    pub tools: Arc<Vec<ToolSpec>>,
     pub pid: Option<u32>,
 }
 
@@ -452,13 +452,13 @@ async fn refresh_tools(slot: &Slot, shared: &Shared, instance: &mut Instance) {
             return;
         }
     };
-    if tools == instance.live.tools {
+    if tools == *instance.live.tools {
         return;
     }
     tracing::info!("MCP server '{name}' now has {} tools", tools.len());
     instance.live = Arc::new(Live {
         peer: instance.live.peer.clone(),
-        tools,
+        tools: Arc::new(tools),
         pid: instance.live.pid,
     });
     shared.set_and_bump(slot, Phase::Running(instance.live.clone()));
@@ -517,7 +517,7 @@ async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
         Ok(Ok((service, tools))) => {
             let live = Arc::new(Live {
                 peer: service.peer().clone(),
-                tools: tool_specs(&tools),
+                tools: Arc::new(tool_specs(&tools)),
                 pid,
             });
             return Ok(Instance {

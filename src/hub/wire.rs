@@ -24,10 +24,11 @@ const MAX_DEPTH: usize = 100;
 /// Deepest nesting of one tool's schema, and its largest JSON, before it is replaced.
 const MAX_SCHEMA_DEPTH: usize = 32;
 const MAX_SCHEMA_BYTES: usize = 256 * 1024;
-/// Pages and tools one listing may take, and the most JSON one listed page may hand rmcp.
+/// Pages, tools and JSON one listing (a server's whole catalogue) may take: what bounds the
+/// memory a server's tools cost us (parsed, about ten times their JSON).
 const MAX_PAGES: usize = 50;
 const MAX_TOOLS: usize = 10_000;
-const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
+const MAX_LIST_BYTES: usize = 16 * 1024 * 1024;
 /// MCP's limit on a tool name.
 const MAX_NAME: usize = 128;
 /// At most one `tools/list_changed` is passed on per this interval; the rest are coalesced.
@@ -39,8 +40,8 @@ const ID_WINDOW: usize = 4096;
 #[derive(Default)]
 struct Open {
     requests: HashMap<String, Request>,
-    /// tools/list pages and tools taken so far in the current listing.
-    listing: (usize, usize),
+    /// tools/list pages, tools and bytes of tools taken so far in the current listing.
+    listing: Listing,
 }
 
 #[derive(Clone)]
@@ -105,7 +106,7 @@ fn note_outgoing(open: &Shared, message: &Value) {
                 .pointer("/params/cursor")
                 .is_some_and(|c| !c.is_null());
             if method == "tools/list" && !continues {
-                open.listing = (0, 0);
+                open.listing = Listing::default();
             }
             open.requests.insert(
                 id.to_string(),
@@ -445,6 +446,14 @@ fn fail_all(name: &str, open: &Shared, reason: &str) -> Checked {
     Checked::Reply(failed)
 }
 
+/// How far the current tools/list listing has come.
+#[derive(Debug, Clone, Copy, Default)]
+struct Listing {
+    pages: usize,
+    tools: usize,
+    bytes: usize,
+}
+
 /// Makes a tools/list result safe for rmcp and for us: tools that cannot be used are skipped,
 /// schemas that are not objects or are too deep or large are replaced by an open object (so the
 /// tool stays callable, its arguments unchecked), and the listing is capped. Says what it did.
@@ -456,20 +465,23 @@ fn clean_tool_list(name: &str, message: &mut Value, continues: bool, open: &Shar
         Some(Value::Array(tools)) => tools,
         _ => Vec::new(),
     };
-    let (pages, taken) = {
+    let Listing {
+        pages,
+        tools: taken,
+        mut bytes,
+    } = {
         let mut open = lock(open);
         if !continues {
-            open.listing = (0, 0);
+            open.listing = Listing::default();
         }
-        open.listing.0 += 1;
+        open.listing.pages += 1;
         open.listing
     };
     let mut kept = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
-    let mut bytes = 0;
     let mut cut = false;
     for tool in listed {
-        if taken + kept.len() >= MAX_TOOLS || bytes >= MAX_PAGE_BYTES {
+        if taken + kept.len() >= MAX_TOOLS || bytes >= MAX_LIST_BYTES {
             cut = true;
             break;
         }
@@ -493,14 +505,18 @@ fn clean_tool_list(name: &str, message: &mut Value, continues: bool, open: &Shar
             skipped.join("; ")
         );
     }
-    lock(open).listing.1 = taken + kept.len();
+    {
+        let mut open = lock(open);
+        open.listing.tools = taken + kept.len();
+        open.listing.bytes = bytes;
+    }
     if cut {
         tracing::warn!(
             target: "downstream",
             server = %name,
-            "kept the first {} tools (at most {MAX_TOOLS} per server and {} of JSON per page); the rest are not offered",
+            "kept the first {} tools (at most {MAX_TOOLS} and {} of JSON per server); the rest are not offered",
             taken + kept.len(),
-            megabytes(MAX_PAGE_BYTES)
+            megabytes(MAX_LIST_BYTES)
         );
     }
     if cut {

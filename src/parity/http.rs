@@ -12,7 +12,7 @@
 
 use crate::assets;
 use crate::bridge::memory::MemoryBudget;
-use crate::bridge::{signature, NoTools, SharedOutput, Stream, ToolBridge};
+use crate::bridge::{NoTools, SharedOutput, Stream, ToolBridge};
 use crate::engine::{self, Limits};
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
@@ -389,15 +389,21 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
             None => Response::error(404, "this run boots without a memory snapshot"),
         },
         ("GET", "entropy") => entropy(&session, &request.query),
-        ("GET", "catalog") => Response::ok("application/json", {
-            let host = session.tools.host();
-            signature::python_view(&host.catalog(), &host.unavailable()).to_string()
-        }),
+        ("GET", "catalog") => Response::ok("application/json", session.tools.catalog_index()),
+        // The server's name as the body: a name is any string, and a body needs no escaping.
+        ("POST", "server-tools") => Response::ok(
+            "application/json",
+            session
+                .tools
+                .server_tools(&String::from_utf8_lossy(&request.body)),
+        ),
         ("POST", "tool") => tool_call(&session, &request.body).await,
         ("POST", "output") => output(&session, &request.body),
-        (_, "" | "settings" | "snapshot" | "entropy" | "catalog" | "tool" | "output") => {
-            Response::error(405, format!("{method} is not allowed on {path}"))
-        }
+        (
+            _,
+            "" | "settings" | "snapshot" | "entropy" | "catalog" | "server-tools" | "tool"
+            | "output",
+        ) => Response::error(405, format!("{method} is not allowed on {path}")),
         _ => Response::error(404, format!("no endpoint {endpoint:?} in a parity run")),
     }
 }
@@ -436,7 +442,12 @@ async fn tool_call(session: &Session, body: &[u8]) -> Response {
     };
     let envelope = session
         .tools
-        .call_envelope(server, tool, arguments, &session.budget)
+        .call_envelope(
+            server.as_bytes(),
+            tool.as_bytes(),
+            arguments.as_bytes(),
+            &session.budget,
+        )
         .await;
     Response::ok("application/json", envelope)
 }

@@ -70,11 +70,19 @@ fn first_sentence(text: &str) -> String {
     s
 }
 
-/// list_tools: one line a tool, grouped by server.
+/// The most tool lines one list_tools answer holds; the rest follow with `offset`.
+pub const MAX_LISTED: usize = 500;
+/// The most matches one search_tools answer holds.
+pub const MAX_MATCHES: usize = 100;
+/// The most names one get_tool_signatures call looks up.
+pub const MAX_SIGNATURES: usize = 50;
+
+/// list_tools: one line a tool, grouped by server, [`MAX_LISTED`] lines from `offset` on.
 pub fn list(
     catalog: &[ServerCatalog],
     unavailable: &[Unavailable],
     server: Option<&str>,
+    offset: usize,
 ) -> Result<String, String> {
     let chosen: Vec<&ServerCatalog> = match server {
         None => catalog.iter().collect(),
@@ -103,14 +111,24 @@ pub fn list(
         return Ok(summary(catalog, unavailable));
     }
     let mut out = String::new();
+    let total: usize = chosen.iter().map(|s| s.tools.len()).sum();
+    let mut line = 0;
     for s in chosen {
+        let range = offset.saturating_sub(line)..(offset + MAX_LISTED).saturating_sub(line);
+        line += s.tools.len();
+        let shown = s
+            .tools
+            .get(range.start.min(s.tools.len())..range.end.min(s.tools.len()));
+        let Some(shown) = shown.filter(|shown| !shown.is_empty()) else {
+            continue;
+        };
         out.push_str(&format!(
             "{} ({} tools){}\n",
             python_name(&s.server),
             s.tools.len(),
             dash(&first_sentence(&s.description))
         ));
-        for t in &s.tools {
+        for t in shown {
             out.push_str(&format!(
                 "  tools.{}.{}{}\n",
                 python_name(&s.server),
@@ -118,6 +136,20 @@ pub fn list(
                 dash(&first_sentence(&t.description))
             ));
         }
+    }
+    if offset + MAX_LISTED < total {
+        let next = offset + MAX_LISTED;
+        let server = server
+            .map(|s| format!("server={s:?}, "))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "… {} more tools: list_tools({server}offset={next}), or search_tools(query) to narrow\n",
+            total - next
+        ));
+    } else if offset > 0 && offset >= total {
+        out.push_str(&format!(
+            "(offset {offset} is past the last of {total} tools)\n"
+        ));
     }
     if server.is_none() {
         for u in unavailable {
@@ -166,7 +198,7 @@ pub fn search(catalog: &[ServerCatalog], query: &str, detail: Detail, limit: usi
         .collect();
     let mut scored: Vec<(usize, &ServerCatalog, &ToolSpec)> = Vec::new();
     for s in catalog {
-        for t in &s.tools {
+        for t in s.tools.iter() {
             let name = format!("{} {}", s.server, t.name).to_lowercase();
             let desc = t.description.to_lowercase();
             let score: usize = words
@@ -187,14 +219,14 @@ pub fn search(catalog: &[ServerCatalog], query: &str, detail: Detail, limit: usi
     }
     let shown: Vec<String> = scored
         .iter()
-        .take(limit.max(1))
+        .take(limit.clamp(1, MAX_MATCHES))
         .map(|(_, s, t)| render(s, t, detail))
         .collect();
     let more = scored.len().saturating_sub(shown.len());
     let mut out = shown.join("\n");
     if more > 0 {
         out.push_str(&format!(
-            "\n… {more} more matches (raise limit to see them)"
+            "\n… {more} more matches (raise limit, up to {MAX_MATCHES}, or use more words)"
         ));
     }
     out
@@ -205,6 +237,7 @@ pub fn search(catalog: &[ServerCatalog], query: &str, detail: Detail, limit: usi
 pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, usize) {
     let mut parts = Vec::new();
     let mut missing = Vec::new();
+    let (names, skipped) = names.split_at(names.len().min(MAX_SIGNATURES));
     for name in names {
         let wanted = name.trim().trim_start_matches("tools.");
         let (server, tool) = match wanted.split_once('.') {
@@ -258,6 +291,12 @@ pub fn signatures(catalog: &[ServerCatalog], names: &[String]) -> (String, usize
             ),
         );
     }
+    if !skipped.is_empty() {
+        parts.push(format!(
+            "# {} more names not looked up: at most {MAX_SIGNATURES} per call",
+            skipped.len()
+        ));
+    }
     (parts.join("\n\n"), found)
 }
 
@@ -277,7 +316,8 @@ mod tests {
                 input_schema: serde_json::json!({"type": "object"}),
                 output_schema: None,
                 annotations: None,
-            }],
+            }]
+            .into(),
         };
         let stub = render(&server, &server.tools[0], Detail::Full);
         // Only the docstring's own opening and closing quotes are unescaped.
@@ -285,6 +325,43 @@ mod tests {
             stub.replace("\\\"\"\"", "").matches("\"\"\"").count(),
             2,
             "{stub}"
+        );
+    }
+
+    #[test]
+    fn long_listings_come_in_pages() {
+        let tool = |i: usize| ToolSpec {
+            name: format!("t{i}"),
+            python_name: String::new(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+            annotations: None,
+        };
+        let catalog = [ServerCatalog {
+            server: "s".into(),
+            description: String::new(),
+            tools: (0..1200).map(tool).collect::<Vec<_>>().into(),
+        }];
+        let lines = |text: &str| text.lines().filter(|l| l.starts_with("  tools.")).count();
+        let first = list(&catalog, &[], Some("s"), 0).unwrap();
+        assert_eq!(lines(&first), MAX_LISTED);
+        assert!(
+            first.contains("… 700 more tools: list_tools(server=\"s\", offset=500)"),
+            "{first}"
+        );
+        let last = list(&catalog, &[], None, 1000).unwrap();
+        assert_eq!(lines(&last), 200);
+        assert!(
+            last.contains("tools.s.t1199") && !last.contains("more tools"),
+            "{last}"
+        );
+        let names: Vec<String> = (0..60).map(|i| format!("s.t{i}")).collect();
+        let (text, found) = signatures(&catalog, &names);
+        assert_eq!(found, MAX_SIGNATURES);
+        assert!(
+            text.ends_with("# 10 more names not looked up: at most 50 per call"),
+            "{text}"
         );
     }
 }

@@ -7,6 +7,7 @@
 
 mod catalog;
 
+use crate::bridge::view::PythonView;
 use crate::bridge::{ServerCatalog, ToolCallRecord, ToolHost};
 use crate::engine::{ErrorInfo, Job, Limits, Outcome, Pool};
 use crate::hub::Hub;
@@ -74,6 +75,9 @@ pub struct ListToolsArgs {
     /// Only this server's tools (default: all servers).
     #[serde(default)]
     pub server: Option<String>,
+    /// Skip this many tool lines: a long listing ends by naming the offset that continues it.
+    #[serde(default)]
+    pub offset: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema, Clone, Copy, Default, PartialEq)]
@@ -95,7 +99,7 @@ pub struct SearchToolsArgs {
     /// How much to show of each match.
     #[serde(default)]
     pub detail: Detail,
-    /// At most this many matches (default 10).
+    /// At most this many matches (default 10, at most 100).
     #[serde(default)]
     pub limit: Option<usize>,
 }
@@ -215,6 +219,7 @@ impl CodeModeServer {
             &self.hub.catalog(),
             &unavailable(&self.hub),
             args.server.as_deref(),
+            args.offset.unwrap_or(0),
         );
         Ok(match text {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
@@ -377,6 +382,10 @@ struct ReportingHost {
 impl ToolHost for ReportingHost {
     fn catalog(&self) -> Vec<ServerCatalog> {
         self.inner.catalog()
+    }
+
+    fn python_view(&self) -> Arc<PythonView> {
+        self.inner.python_view()
     }
 
     fn unavailable(&self) -> Vec<(String, String)> {

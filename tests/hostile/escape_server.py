@@ -2,10 +2,11 @@
 (double fork + setsid, as daemons do) and opens its parent's stdout, the MCP channel, through
 /proc to write a forged JSON-RPC response into it. It records what happened in argv[1]."""
 
-import json
 import os
 import sys
 import time
+
+from jsonrpc import serve, text_result
 
 report_dir = sys.argv[1]
 parent = os.getppid()
@@ -30,21 +31,8 @@ with open(os.path.join(report_dir, "forge.txt"), "w") as f:
     f.write(outcome)
 
 
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-for line in sys.stdin:
-    request = json.loads(line)
-    method, rid = request.get("method"), request.get("id")
-    if rid is None:
-        continue
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": rid, "result": {
-            "protocolVersion": request["params"].get("protocolVersion", "2025-11-25"),
-            "capabilities": {"tools": {}}, "serverInfo": {"name": "escape", "version": "1.0"}}})
-    elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}]}})
-    else:
-        send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": "\"fine\""}]}})
+serve(
+    "escape",
+    lambda params: {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}]},
+    lambda rid, params: text_result('"fine"'),
+)

@@ -7,19 +7,9 @@ Usage: wire_server.py [endless]   (endless: tools/list always returns another ne
 import json
 import sys
 
+from jsonrpc import send, send_raw, serve
+
 ENDLESS = "endless" in sys.argv[1:]
-out = sys.stdout.buffer
-calls_list = 0
-
-
-def send_raw(data: bytes):
-    out.write(data + b"\n")
-    out.flush()
-
-
-def send(message):
-    send_raw(json.dumps(message).encode())
-
 
 def deep(levels):
     value = "bottom"
@@ -28,7 +18,8 @@ def deep(levels):
     return value
 
 
-def answer_call(rid, name):
+def answer_call(rid, params):
+    name = params["name"]
     ok = lambda text: {"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}]}}
     if name == "ok":
         send(ok("fine"))
@@ -62,8 +53,6 @@ GOOD = ["ok", "huge", "deep", "badutf8", "noresult", "both", "errnomsg", "v1", "
 
 
 def tool_list(params):
-    global calls_list
-    calls_list += 1
     tools = [{"name": n, "inputSchema": {"type": "object", "properties": {}}} for n in GOOD]
     tools += [
         {"name": "schema_is_a_string", "inputSchema": "object"},
@@ -74,26 +63,10 @@ def tool_list(params):
     ]
     result = {"tools": tools}
     if ENDLESS:
-        cursor = int((params or {}).get("cursor") or 0)
+        cursor = int(params.get("cursor") or 0)
         result = {"tools": [{"name": f"page{cursor}", "inputSchema": {"type": "object"}}],
                   "nextCursor": str(cursor + 1)}
     return result
 
 
-sys.stderr.write(f"list calls so far: {calls_list}\n")
-for line in sys.stdin:
-    request = json.loads(line)
-    method, rid = request.get("method"), request.get("id")
-    if rid is None:
-        continue
-    if method == "initialize":
-        version = request["params"].get("protocolVersion", "2025-11-25")
-        send({"jsonrpc": "2.0", "id": rid, "result": {
-            "protocolVersion": version, "capabilities": {"tools": {"listChanged": True}},
-            "serverInfo": {"name": "hostile-wire", "version": "1.0"}}})
-    elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": rid, "result": tool_list(request.get("params"))})
-    elif method == "tools/call":
-        answer_call(rid, request["params"]["name"])
-    else:
-        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
+serve("hostile-wire", tool_list, answer_call, list_changed=True)

@@ -22,6 +22,11 @@ from mcp import Client, StdioServerParameters
 
 HERE = Path(__file__).resolve().parent
 MODULES = HERE.parent / "fixtures" / "node_modules" / "@modelcontextprotocol"
+HOSTILE = HERE.parent / "hostile"
+# check_many: this many servers of 10,000 tools each.
+MANY_SERVERS = 5
+# check_many: the most our server process may hold at its peak with those 50,000 tools, in MiB.
+MANY_PEAK_MIB = 1024
 
 
 class CheckFailed(Exception):
@@ -62,7 +67,7 @@ setTimeout(() => server.connect(new StdioServerTransport()), 2000);
 """
 
 
-def setup(tmp: Path, with_changer=False, with_starting=False):
+def setup(tmp: Path, with_changer=False, with_starting=False, with_many=False):
     data = tmp / "data"
     (data / "notes").mkdir(parents=True)
     (data / "notes" / "alpha.txt").write_text("alpha line one\nalpha line two\n")
@@ -98,6 +103,9 @@ def setup(tmp: Path, with_changer=False, with_starting=False):
             "env": {"NODE_PATH": str(MODULES.parent)},
         }
         config["mcpServers"]["hung"] = {"command": "node", "args": [], "timeout_s": 3}
+    if with_many:
+        for i in range(MANY_SERVERS):
+            config["mcpServers"][f"big{i}"] = {"command": sys.executable, "args": [str(HOSTILE / "many_server.py")]}
     config_path = tmp / "servers.json"
     config_path.write_text(json.dumps(config, indent=2))
     env = dict(os.environ, TEST_DATA_DIR=str(data.resolve()), TEST_MEMORY_FILE=str(tmp / "memory.jsonl"))
@@ -388,6 +396,41 @@ async def check_starting(client, data, tmp):
     expect(str(data) in json.dumps(report["result"]), report)
 
 
+async def check_many(client, data, tmp):
+    text = lambda r: "".join(getattr(c, "text", "") for c in r.content)
+    listed = await client.list_tools()
+    description = next(t.description for t in listed.tools if t.name == "execute_code")
+    for i in range(MANY_SERVERS):
+        expect(f"- big{i} (10000 tools)" in description, description)
+    # The catalogue is rendered once per version and only for the servers a script touches:
+    # plain scripts cost nothing of it (each used to rebuild all 50,000 signatures).
+    for _ in range(20):
+        report = ok(await execute(client, "print(1)"))
+        expect(report["stdout"] == "1\n", report)
+    code = ("[tools.big3.tool_9999(key='k'), len(dir(tools.big0)), repr(tools.big1),"
+            " tools.big2.tool_7.__doc__.splitlines()[0], tools.filesystem.list_allowed_directories()]")
+    for _ in range(3):
+        report = ok(await execute(client, code))
+    result = report["result"]
+    expect(result[0] == {"tool": "tool-9999", "arguments": {"key": "k"}}, report)
+    expect(result[1:4] == [10000, "<MCP server big1: 10000 tools>", "Tool number 7. Looks up item 7 by key."], report)
+    expect(str(data) in json.dumps(result[4]), report)
+    report = await execute(client, "tools.big4.tool_1(key='k', colour='red')")
+    expect("unexpected keyword argument 'colour'" in (report["error"] or {}).get("message", ""), report)
+    listing = text(await client.call_tool("list_tools", {"server": "big1"}))
+    expect(listing.count("\n  tools.big1.") == 500 and 'list_tools(server="big1", offset=500)' in listing, listing[-500:])
+    found = text(await client.call_tool("search_tools", {"query": "item 4321", "limit": 100000}))
+    expect(found.startswith("tools.big") and "tool_4321(*, key: str" in found.splitlines()[0], found[:500])
+    expect(len(found.splitlines()) <= 2 * 100 + 1, f"search_tools answered {len(found.splitlines())} lines")
+    ours = subprocess.run(["pgrep", "-f", f"serve --config {tmp / 'servers.json'}"], capture_output=True, text=True)
+    pids = [int(p) for p in ours.stdout.split()]
+    expect(len(pids) == 1, f"our server's pid: {ours.stdout!r}")
+    status = Path(f"/proc/{pids[0]}/status").read_text()
+    peak_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+    print(f"peak RSS with {MANY_SERVERS * 10000} tools: {peak_kib // 1024} MiB", file=sys.stderr)
+    expect(peak_kib < MANY_PEAK_MIB * 1024, f"our peak RSS was {peak_kib // 1024} MiB (bound {MANY_PEAK_MIB} MiB)")
+
+
 async def settle(client):
     """Waits until no configured server is in its first start, as a patient client would."""
     with anyio.fail_after(40):
@@ -422,7 +465,8 @@ async def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data, config_path, env = setup(
-            tmp, with_changer=args.check == "list_changed", with_starting=args.check == "starting"
+            tmp, with_changer=args.check == "list_changed", with_starting=args.check == "starting",
+            with_many=args.check == "many",
         )
         params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path)], env=env)
         connecting = time.monotonic()
