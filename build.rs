@@ -1,22 +1,12 @@
 //! Build script: checks the pinned Pyodide files, then boots Pyodide once and saves the memory
-//! snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot`, embedded by src/assets.rs).
+//! snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot.packed`, embedded by src/assets.rs).
 //!
-//! It boots with the crate's own engine and bridge (included below by path, not copied), so the
-//! snapshot is made by exactly the code that restores it.
-#![allow(dead_code, unused_imports)]
+//! It boots with the sandbox core (crates/sandbox, an ordinary build-dependency), so the snapshot
+//! is made by exactly the code that restores it.
 
+use mcp_code_mode_sandbox::{assets, engine};
 use sha2::{Digest, Sha256};
 use std::{fs, path::Path};
-
-mod assets {
-    include!("src/assets_files.rs");
-    /// No snapshot exists yet while it is being made.
-    pub const SNAPSHOT: Option<&[u8]> = None;
-}
-#[path = "src/bridge/mod.rs"]
-mod bridge;
-#[path = "src/engine/mod.rs"]
-mod engine;
 
 fn main() {
     verify_pinned_files();
@@ -28,8 +18,8 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
-    let out =
-        Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("pyodide.snapshot");
+    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join("pyodide.snapshot.packed");
     let started = std::time::Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -38,11 +28,13 @@ fn main() {
     let snapshot = runtime
         .block_on(engine::make_snapshot())
         .unwrap_or_else(|e| panic!("could not make the Pyodide memory snapshot: {e}"));
-    fs::write(&out, &snapshot).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+    let compressed = assets::pack_snapshot(&snapshot);
+    fs::write(&out, &compressed).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
     // Shown with `cargo build -vv`; not a warning, so a normal build prints nothing.
     println!(
-        "Pyodide snapshot: {} bytes in {} ms",
+        "Pyodide snapshot: {} bytes ({} compressed) in {} ms",
         snapshot.len(),
+        compressed.len(),
         started.elapsed().as_millis()
     );
 }

@@ -343,10 +343,20 @@ globalThis.TextEncoder = class TextEncoder {
     return encodeCounted(text);
   }
   encodeInto(text, dest) {
+    // As the Encoding standard says: only whole UTF-8 sequences are written, and `read` counts
+    // the UTF-16 code units they came from.
     const bytes = encodeCounted(text);
-    const written = Math.min(bytes.length, dest.length);
+    let written = Math.min(bytes.length, dest.length);
+    if (written < bytes.length) {
+      while (written > 0 && (bytes[written] & 0xc0) === 0x80) written--;
+    }
+    let read = 0;
+    for (let i = 0; i < written; i++) {
+      const byte = bytes[i];
+      if ((byte & 0xc0) !== 0x80) read += byte >= 0xf0 ? 2 : 1;
+    }
     dest.set(bytes.subarray(0, written));
-    return { read: String(text).length, written };
+    return { read, written };
   }
 };
 

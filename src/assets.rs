@@ -1,14 +1,49 @@
-//! assets — the files a sandbox boots from, embedded in the binary.
-//!
-//! Pyodide's five pinned boot files (checked against `pyodide-assets/SHA256SUMS` by build.rs) and
-//! our own `js/` sources. A leaf module: it knows nothing of V8, MCP or the network, so both the
-//! V8 host and the browser-parity host serve exactly these bytes.
+//! assets — what this binary embeds: the sandbox core's files (Pyodide's pinned boot files and
+//! our `js/`, re-exported) and the memory snapshot build.rs made with the core.
 
-include!("assets_files.rs");
+pub use mcp_code_mode_sandbox::assets::*;
 
-/// The Pyodide memory snapshot build.rs made (see engine::make_snapshot), restored by every
-/// sandbox instead of booting. None while build.rs itself is being compiled.
-pub const SNAPSHOT: Option<&[u8]> = Some(include_bytes!(concat!(
-    env!("OUT_DIR"),
-    "/pyodide.snapshot"
-)));
+/// The Pyodide memory snapshot build.rs made (see engine::make_snapshot), packed (see
+/// `pack_snapshot`): 31 MB in 8.6. A `static`, so the binary holds one copy.
+static SNAPSHOT_PACKED: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/pyodide.snapshot.packed"));
+
+/// The snapshot every sandbox restores instead of booting, inflated once per process on first
+/// use. (build.rs's own copy of this module has none: it is making it.)
+pub fn snapshot() -> Option<&'static [u8]> {
+    static INFLATED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    Some(INFLATED.get_or_init(|| {
+        unpack_snapshot(SNAPSHOT_PACKED)
+            .unwrap_or_else(|e| panic!("{e}: build.rs packed it, so this binary is damaged"))
+    }))
+}
+
+/// The snapshot as embedded, for the check that the binary holds it once.
+pub fn snapshot_compressed() -> &'static [u8] {
+    SNAPSHOT_PACKED
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_snapshot_unpacks_to_the_same_bytes() {
+        let mut bytes = vec![0u8; 10 * 4096 + 100];
+        bytes[5] = 1; // page 0
+        bytes[3 * 4096..4 * 4096].fill(7); // page 3
+        bytes[4 * 4096 + 9] = 2; // page 4, a run with page 3
+        bytes[10 * 4096 + 99] = 3; // the short last page
+        let packed = pack_snapshot(&bytes);
+        assert!(packed.len() < 200, "{} bytes", packed.len());
+        assert_eq!(unpack_snapshot(&packed).unwrap(), bytes);
+        assert!(unpack_snapshot(&packed[..packed.len() - 3]).is_err());
+        assert!(unpack_snapshot(&[]).is_err());
+        let real = snapshot().unwrap();
+        assert_eq!(
+            pack_snapshot(real),
+            SNAPSHOT_PACKED,
+            "packing is deterministic"
+        );
+    }
+}

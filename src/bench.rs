@@ -184,10 +184,7 @@ fn progress(what: &str) {
 pub async fn sandbox_start(snapshot: Option<&'static [u8]>, n: usize) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::new();
     for _ in 0..n {
-        let config = SandboxConfig {
-            snapshot,
-            ..SandboxConfig::new(Limits::default())
-        };
+        let config = SandboxConfig::new(Limits::default(), snapshot);
         let started = Instant::now();
         let sandbox = Sandbox::new(config).await?;
         samples.push(ms(started.elapsed()));
@@ -467,8 +464,18 @@ fn slope_per_1000(points: &[(usize, f64)]) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Row 3: a tool call from Python vs the same call made directly.
 
+/// The repository checkout the bench reads its fixtures from: `$MCP_CODE_MODE_SOURCE`, else the
+/// working directory (run `bench` from the repository's root). Not baked in at build time: the
+/// binary carries no path of the machine that built it.
+fn source_dir() -> PathBuf {
+    match std::env::var_os("MCP_CODE_MODE_SOURCE").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    }
+}
+
 fn fixtures_entry() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    source_dir()
         .join("tests/fixtures/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
 }
 
@@ -481,8 +488,8 @@ async fn tool_rows(plan: &Plan) -> ToolResults {
     let entry = fixtures_entry();
     if !entry.is_file() {
         let why = format!(
-            "skipped: run `cd {}/tests/fixtures && npm ci`",
-            env!("CARGO_MANIFEST_DIR")
+            "skipped: no {} (run bench from the repository's root, or set MCP_CODE_MODE_SOURCE, after `cd tests/fixtures && npm ci`)",
+            entry.display()
         );
         return ToolResults {
             direct: Err(why.clone()),
@@ -548,7 +555,7 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
     let run = async {
         let sandbox = Sandbox::new(SandboxConfig {
             tools: hub.clone(),
-            ..SandboxConfig::new(Limits::default())
+            ..SandboxConfig::new(Limits::default(), crate::assets::snapshot())
         })
         .await?;
         let script = format!(
@@ -624,7 +631,8 @@ async fn cold_starts(n: usize) -> anyhow::Result<Vec<f64>> {
 async fn heavy_loop(n: usize) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::new();
     for i in 0..=n {
-        let sandbox = Sandbox::new(SandboxConfig::new(Limits::default())).await?;
+        let config = SandboxConfig::new(Limits::default(), crate::assets::snapshot());
+        let sandbox = Sandbox::new(config).await?;
         let outcome = sandbox.execute(Job::new(HEAVY)).await;
         if let Some(e) = &outcome.error {
             bail!("{HEAVY} failed: {}: {}", e.kind, e.message);
@@ -670,7 +678,7 @@ impl Peer {
     /// The installed peer, or why it cannot run.
     fn find() -> Result<Peer, String> {
         let dir = peer_dir();
-        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/peer/setup.sh");
+        let setup = source_dir().join("bench/peer/setup.sh");
         let skipped = || format!("skipped: run `bash {}`", setup.display());
         let deno = dir.join("node_modules/deno/deno");
         let pyodide = dir.join("node_modules/pyodide/package.json");
@@ -891,7 +899,7 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
 
     let (snap, plain) = if want(1) {
         progress("fresh sandboxes, from the snapshot and booting without it");
-        let snap = sandbox_start(crate::assets::SNAPSHOT, plan.snapshot_starts)
+        let snap = sandbox_start(crate::assets::snapshot(), plan.snapshot_starts)
             .await
             .map_err(failed);
         let plain = sandbox_start(None, plan.plain_starts).await.map_err(failed);

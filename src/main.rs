@@ -221,7 +221,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let snapshot = if args.no_snapshot {
         None
     } else {
-        mcp_code_mode::assets::SNAPSHOT
+        mcp_code_mode::assets::snapshot()
     };
     let pool = Pool::new(limits, snapshot, args.pool_size as usize);
     let hub = Hub::start(config.as_ref());
@@ -280,11 +280,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // no tools (or calls them later) does not wait for them.
     let servers = load_config(&args.config)?;
     let hub = servers.as_ref().map(|servers| Hub::start(Some(servers)));
-    let mut config = SandboxConfig::new(args.limits.limits());
+    let snapshot = if args.no_snapshot {
+        None
+    } else {
+        mcp_code_mode::assets::snapshot()
+    };
+    let mut config = SandboxConfig::new(args.limits.limits(), snapshot);
     config.seed = args.seed;
-    if args.no_snapshot {
-        config.snapshot = None;
-    }
     if let Some(hub) = &hub {
         config.tools = hub.clone();
     }

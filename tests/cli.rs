@@ -461,3 +461,18 @@ fn first_hour_errors_say_what_is_wrong_once() {
         text(&out.stderr)
     );
 }
+
+/// The binary embeds each large blob once: the compressed snapshot, and Pyodide's wasm (a
+/// `const` would be copied in at every use; four 30 MB snapshot copies once were).
+#[test]
+fn the_binary_holds_one_copy_of_each_embedded_blob() {
+    let binary = std::fs::read(crate::util::BIN).unwrap();
+    let wasm = mcp_code_mode::assets::pyodide_file("pyodide.asm.wasm").unwrap();
+    let snapshot = mcp_code_mode::assets::snapshot_compressed();
+    for (what, blob) in [("snapshot", snapshot), ("pyodide.asm.wasm", wasm)] {
+        // A window from the middle: its start may be shared with other data.
+        let needle = &blob[blob.len() / 2..blob.len() / 2 + 64];
+        let copies = memchr::memmem::find_iter(&binary, needle).count();
+        assert_eq!(copies, 1, "the binary holds {copies} copies of the {what}");
+    }
+}

@@ -3,7 +3,7 @@
 use crate::util::{execute, execute_with, limits};
 use futures::future::BoxFuture;
 use mcp_code_mode::bridge::{ServerCatalog, ToolCallError, ToolHost, ToolSpec};
-use mcp_code_mode::engine::{Job, Limits, Sandbox, SandboxConfig};
+use mcp_code_mode::engine::{Job, Limits, Sandbox};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,7 +73,7 @@ async fn assert_stopped_in_time(
     kind: &str,
 ) -> mcp_code_mode::engine::Outcome {
     let started = Instant::now();
-    let o = execute_with(SandboxConfig::new(limits(timeout_s)), code).await;
+    let o = execute_with(crate::util::config(limits(timeout_s)), code).await;
     let took = started.elapsed().as_secs_f64();
     let e = o
         .error
@@ -132,14 +132,14 @@ async fn a_memory_bomb_is_a_memory_error_under_the_cap() {
         memory_mb: 128,
         ..Limits::default()
     };
-    let o = execute_with(SandboxConfig::new(small), "x = bytearray(200 * 2**20)").await;
+    let o = execute_with(crate::util::config(small), "x = bytearray(200 * 2**20)").await;
     assert_eq!(o.error.map(|e| e.kind).as_deref(), Some("MemoryError"));
 }
 
 #[tokio::test]
 async fn exhausting_the_javascript_heap_is_a_memory_error_not_a_crash() {
     let code = "from js import Array\nkeep = []\nwhile True:\n    keep.append(Array.new(1000000).fill(1.5))";
-    let config = SandboxConfig::new(Limits {
+    let config = crate::util::config(Limits {
         memory_mb: 128,
         ..limits(60.0)
     });
@@ -160,7 +160,7 @@ async fn exhausting_the_javascript_heap_is_a_memory_error_not_a_crash() {
 
 #[tokio::test]
 async fn a_print_flood_is_truncated_with_a_notice_saying_how_much_was_dropped() {
-    let config = SandboxConfig::new(Limits {
+    let config = crate::util::config(Limits {
         max_output: 1000,
         ..limits(1.0)
     });
@@ -177,7 +177,7 @@ async fn a_print_flood_is_truncated_with_a_notice_saying_how_much_was_dropped() 
         "{notice}"
     );
 
-    let config = SandboxConfig::new(Limits {
+    let config = crate::util::config(Limits {
         max_output: 10,
         ..Limits::default()
     });
@@ -187,7 +187,7 @@ async fn a_print_flood_is_truncated_with_a_notice_saying_how_much_was_dropped() 
 
 #[tokio::test]
 async fn the_process_stays_healthy_after_a_killed_sandbox() {
-    let o = execute_with(SandboxConfig::new(limits(0.5)), "while True: pass").await;
+    let o = execute_with(crate::util::config(limits(0.5)), "while True: pass").await;
     assert_eq!(o.error.unwrap().kind, "TimeoutError");
     let o = execute("sum(range(10))").await;
     assert_eq!(o.result, json!(45));
@@ -195,7 +195,7 @@ async fn the_process_stays_healthy_after_a_killed_sandbox() {
 
 #[tokio::test]
 async fn a_job_timeout_overrides_the_limit() {
-    let sandbox = Sandbox::new(SandboxConfig::new(Limits::default()))
+    let sandbox = Sandbox::new(crate::util::config(Limits::default()))
         .await
         .unwrap();
     let job = Job {
@@ -285,7 +285,7 @@ async fn host_environment_variables_are_not_visible() {
 const RANDOM_SCRIPT: &str = "import random, uuid, os\nprint(random.random(), uuid.uuid4(), os.urandom(8).hex(), hash('abc'), list({'x', 'y', 'z', 'w'}))";
 
 async fn seeded(seed: Option<u64>) -> String {
-    let mut config = SandboxConfig::new(Limits::default());
+    let mut config = crate::util::config(Limits::default());
     config.seed = seed;
     let o = execute_with(config, RANDOM_SCRIPT).await;
     assert_eq!(o.error, None);
@@ -359,7 +359,7 @@ impl ToolHost for EchoHost {
 }
 
 async fn with_tools(code: &str) -> mcp_code_mode::engine::Outcome {
-    let mut config = SandboxConfig::new(Limits::default());
+    let mut config = crate::util::config(Limits::default());
     config.tools = Arc::new(EchoHost);
     execute_with(config, code).await
 }
@@ -438,12 +438,12 @@ async fn unknown_tools_suggest_close_names_and_signatures_come_from_the_schema()
 #[tokio::test]
 async fn booting_without_the_snapshot_gives_the_same_python() {
     let script = "import json, sys\nprint(json.dumps({'v': sys.version_info[:2]}))\n6 * 7";
-    let mut fresh = SandboxConfig::new(Limits::default());
+    let mut fresh = crate::util::config(Limits::default());
     fresh.snapshot = None;
     let a = execute_with(fresh, script).await;
     let b = execute(script).await;
     assert!(
-        mcp_code_mode::assets::SNAPSHOT.is_some(),
+        mcp_code_mode::assets::snapshot().is_some(),
         "the build embeds a snapshot"
     );
     assert_eq!(
@@ -456,7 +456,7 @@ async fn booting_without_the_snapshot_gives_the_same_python() {
 #[tokio::test]
 async fn pooled_sandboxes_share_no_state() {
     let pool =
-        mcp_code_mode::engine::Pool::new(Limits::default(), mcp_code_mode::assets::SNAPSHOT, 2);
+        mcp_code_mode::engine::Pool::new(Limits::default(), mcp_code_mode::assets::snapshot(), 2);
     assert!(
         pool.wait_ready(2, Duration::from_secs(60)).await,
         "the pool fills"

@@ -11,7 +11,7 @@ use mcp_code_mode::bridge::{
     codemode_bridge, Lifecycle, Memory, ServerCatalog, ToolCallError, ToolHost, ToolSpec,
     KEPT_DENO_CORE_OPS,
 };
-use mcp_code_mode::engine::{Limits, Outcome, SandboxConfig};
+use mcp_code_mode::engine::{Limits, Outcome};
 use serde_json::{json, Map, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -34,7 +34,7 @@ def obj(**kw): return to_js(kw, dict_converter=js.Object.fromEntries)
 "#;
 
 async fn attack(code: &str, memory_mb: u64) -> Outcome {
-    let config = SandboxConfig::new(Limits {
+    let config = crate::util::config(Limits {
         memory_mb,
         ..limits(60.0)
     });
@@ -454,7 +454,7 @@ impl ToolHost for CountingHost {
 
 async fn with_counted_tools(code: &str) -> (Outcome, usize) {
     let calls = Arc::new(AtomicUsize::new(0));
-    let mut config = SandboxConfig::new(limits(60.0));
+    let mut config = crate::util::config(limits(60.0));
     config.tools = Arc::new(CountingHost(calls.clone()));
     let o = execute_with(config, code).await;
     (o, calls.load(Ordering::SeqCst))
@@ -533,5 +533,34 @@ try:\n    tools.test.echo()\n    after = 'called'\nexcept ToolError as e:\n    a
             .unwrap()
             .contains("already started 1000 tool calls"),
         "{r}"
+    );
+}
+
+/// `TextEncoder.encodeInto` writes only whole UTF-8 sequences and counts the UTF-16 code units
+/// it read, as the Encoding standard (and every browser) does. (Scripts see it only through the
+/// real global: it is not among the standard globals `js` offers.)
+#[tokio::test]
+async fn text_encoder_encode_into_writes_whole_characters() {
+    let o = attack(
+        "out = []\nfor n in [0, 1, 2, 3, 5, 6, 9, 10, 12]:\n\
+         \x20   r = g.TextEncoder.new().encodeInto('a\u{e9}\u{20ac}\u{1f600}', js.Uint8Array.new(n))\n\
+         \x20   out.append([n, r.read, r.written])\nout",
+        256,
+    )
+    .await;
+    assert_eq!(o.error, None, "{o:?}");
+    assert_eq!(
+        o.result,
+        json!([
+            [0, 0, 0],
+            [1, 1, 1],
+            [2, 1, 1],
+            [3, 2, 3],
+            [5, 2, 3],
+            [6, 3, 6],
+            [9, 3, 6],
+            [10, 5, 10],
+            [12, 5, 10]
+        ])
     );
 }

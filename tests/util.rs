@@ -11,7 +11,12 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-code-mode");
 
 /// Runs `code` in a fresh sandbox with default limits.
 pub async fn execute(code: &str) -> Outcome {
-    execute_with(SandboxConfig::new(Limits::default()), code).await
+    execute_with(config(Limits::default()), code).await
+}
+
+/// A sandbox with `limits` restoring the embedded snapshot, as the server's are.
+pub fn config(limits: Limits) -> SandboxConfig {
+    SandboxConfig::new(limits, mcp_code_mode::assets::snapshot())
 }
 
 pub async fn execute_with(config: SandboxConfig, code: &str) -> Outcome {

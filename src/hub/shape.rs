@@ -85,10 +85,7 @@ pub fn tool_spec(tool: &Tool) -> ToolSpec {
         .unwrap_or_default();
     let mut description = printable(description, true);
     if description.len() > MAX_DESCRIPTION {
-        let mut end = MAX_DESCRIPTION;
-        while !description.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = description.floor_char_boundary(MAX_DESCRIPTION);
         let total = description.len();
         description.truncate(end);
         description.push_str(&format!("… [description cut at {end} of {total} bytes]"));

@@ -155,7 +155,7 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
         snapshot: if args.no_snapshot {
             None
         } else {
-            SandboxConfig::new(Limits::default()).snapshot
+            crate::assets::snapshot()
         },
         config,
         scratch,
@@ -394,9 +394,8 @@ impl Runner {
 
         // Both hosts boot at once (boot does not touch downstream state); the jobs then run one
         // after the other, each against a fresh hub and scratch folder, and are timed alone.
-        let mut sandbox_config = SandboxConfig::new(self.limits);
+        let mut sandbox_config = SandboxConfig::new(self.limits, self.snapshot);
         sandbox_config.seed = Some(self.seed);
-        sandbox_config.snapshot = self.snapshot;
         let (sandbox, page) = tokio::join!(Sandbox::new(sandbox_config), self.boot_browser());
 
         let mut v8_calls = Vec::new();

@@ -313,10 +313,7 @@ fn report_text(report: &Value) -> String {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        let mut end = text.len().min(2048);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = text.floor_char_boundary(2048);
         if end < text.len() {
             format!("{}… ({} bytes in all)", &text[..end], text.len())
         } else {

@@ -55,8 +55,8 @@ pub struct SandboxConfig {
     pub tools: Arc<dyn ToolHost>,
     /// Called with output as it is printed (after the cap is applied).
     pub live_output: Option<LiveOutput>,
-    /// Restore this Pyodide memory snapshot instead of booting (the embedded one by default;
-    /// None boots from scratch, for comparison and debugging).
+    /// Restore this Pyodide memory snapshot instead of booting (the product embeds one, made by
+    /// [`make_snapshot`]; None boots from scratch, ~10× slower, for comparison and debugging).
     pub snapshot: Option<&'static [u8]>,
     /// Run a silent job while booting, so the first real job skips first-time compilation
     /// (~10 ms). Worth it for sandboxes booted ahead of demand (the pool), not for one-off runs.
@@ -64,13 +64,14 @@ pub struct SandboxConfig {
 }
 
 impl SandboxConfig {
-    pub fn new(limits: Limits) -> Self {
+    /// A sandbox with `limits`, restoring `snapshot` (or booting, with None), without tools.
+    pub fn new(limits: Limits, snapshot: Option<&'static [u8]>) -> Self {
         Self {
             limits,
             seed: None,
             tools: Arc::new(crate::bridge::NoTools),
             live_output: None,
-            snapshot: crate::assets::SNAPSHOT,
+            snapshot,
             warm_up: false,
         }
     }
@@ -81,14 +82,14 @@ impl SandboxConfig {
 pub const SNAPSHOT_SEED: u64 = 0;
 
 /// Boots Pyodide once, imports the modules scripts use most, and returns a memory snapshot that
-/// later sandboxes restore instead of booting (build.rs embeds it).
+/// later sandboxes restore instead of booting (the product's build.rs embeds it).
 pub async fn make_snapshot() -> Result<Vec<u8>, EngineError> {
-    let mut config = SandboxConfig::new(Limits {
+    let limits = Limits {
         memory_mb: 1024,
         ..Limits::default()
-    });
+    };
+    let mut config = SandboxConfig::new(limits, None);
     config.seed = Some(SNAPSHOT_SEED);
-    config.snapshot = None;
     let (tx, rx) = oneshot::channel();
     let _sandbox = isolate::spawn(config, Some(tx)).await?;
     rx.await
@@ -385,10 +386,7 @@ fn cap_result(result: Value, max_output: usize) -> Value {
     if json.len() <= max_output {
         return result;
     }
-    let mut end = max_output;
-    while !json.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = json.floor_char_boundary(max_output);
     Value::String(format!(
         "{}\n[mcp-code-mode: result truncated: its JSON is {} bytes; {} more bytes were dropped after the first {max_output} (--max-output). Return less, or print a summary]",
         &json[..end],

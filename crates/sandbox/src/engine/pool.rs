@@ -38,7 +38,7 @@ impl Pool {
         SandboxConfig {
             snapshot: self.snapshot,
             warm_up: true,
-            ..SandboxConfig::new(self.limits)
+            ..SandboxConfig::new(self.limits, self.snapshot)
         }
     }
 
