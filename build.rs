@@ -1,15 +1,12 @@
-//! Build script: checks the pinned Pyodide files, then boots Pyodide once and saves the memory
-//! snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot.packed`, embedded by src/assets.rs).
+//! Build script: boots Pyodide once and saves the memory snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot.packed`, embedded by src/assets.rs).
 //!
 //! It boots with the sandbox core (crates/sandbox, an ordinary build-dependency), so the snapshot
 //! is made by exactly the code that restores it.
 
 use mcp_code_mode_sandbox::{assets, engine};
-use sha2::{Digest, Sha256};
 use std::{fs, path::Path};
 
 fn main() {
-    verify_pinned_files();
     for file in [
         "js/runner.js",
         "js/main_deno.js",
@@ -37,32 +34,4 @@ fn main() {
         compressed.len(),
         started.elapsed().as_millis()
     );
-}
-
-fn verify_pinned_files() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pyodide-assets");
-    let sums_path = dir.join("SHA256SUMS");
-    println!("cargo:rerun-if-changed={}", sums_path.display());
-    let sums = fs::read_to_string(&sums_path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", sums_path.display()));
-    for line in sums.lines().filter(|l| !l.trim().is_empty()) {
-        let (want, name) = line
-            .split_once("  ")
-            .unwrap_or_else(|| panic!("{}: malformed line {line:?}", sums_path.display()));
-        let path = dir.join(name);
-        println!("cargo:rerun-if-changed={}", path.display());
-        let bytes = fs::read(&path).unwrap_or_else(|e| {
-            panic!(
-                "cannot read {} ({e}); run pyodide-assets/fetch.sh",
-                path.display()
-            )
-        });
-        let got = format!("{:x}", Sha256::digest(&bytes));
-        if got != want {
-            panic!(
-                "{} has sha256 {got}, but SHA256SUMS pins {want}; run pyodide-assets/fetch.sh",
-                path.display()
-            );
-        }
-    }
 }

@@ -1,7 +1,7 @@
 //! The `mcp-code-mode run` command as a user runs it: streams, --json, exit codes, stdin.
 
 use crate::util::{cli, cli_in, fixture, json, text, BIN};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 #[test]
 fn run_prints_the_scripts_output_as_it_is() {
@@ -285,7 +285,7 @@ fn sys_exit_sets_the_exit_code_as_python_does() {
 
 #[test]
 fn an_invalid_log_filter_is_named_not_ignored() {
-    let out = Command::new(BIN)
+    let out = crate::util::command(BIN)
         .args(["run", "-"])
         .env("MCP_CODE_MODE_LOG", "info,[[[")
         .stdin(Stdio::piped())
@@ -334,7 +334,7 @@ fn run_finds_the_config_as_serve_does() {
     std::fs::write(&by_default, servers.to_string()).unwrap();
     let script = "sorted(n for n in dir(tools))";
     let found = |cwd: &std::path::Path, env: Option<&std::path::Path>| {
-        let mut command = Command::new(BIN);
+        let mut command = crate::util::command(BIN);
         command.args(["run", "--json", "-"]).current_dir(cwd);
         command.env_remove("MCP_CODE_MODE_CONFIG");
         if let Some(path) = env {
@@ -467,9 +467,13 @@ fn first_hour_errors_say_what_is_wrong_once() {
 #[test]
 fn the_binary_holds_one_copy_of_each_embedded_blob() {
     let binary = std::fs::read(crate::util::BIN).unwrap();
-    let wasm = mcp_code_mode::assets::pyodide_file("pyodide.asm.wasm").unwrap();
+    let embedded = |name| mcp_code_mode::assets::pyodide_file_embedded(name).unwrap();
     let snapshot = mcp_code_mode::assets::snapshot_compressed();
-    for (what, blob) in [("snapshot", snapshot), ("pyodide.asm.wasm", wasm)] {
+    for (what, blob) in [
+        ("snapshot", snapshot),
+        ("pyodide.asm.wasm", embedded("pyodide.asm.wasm")),
+        ("python_stdlib.zip", embedded("python_stdlib.zip")),
+    ] {
         // A window from the middle: its start may be shared with other data.
         let needle = &blob[blob.len() / 2..blob.len() / 2 + 64];
         let copies = memchr::memmem::find_iter(&binary, needle).count();

@@ -234,7 +234,7 @@ fn a_server_cannot_reach_our_stdout_or_outlive_us() {
     open(&config, 0o644);
     // Our stdout must be a pipe the server's user owns, as an MCP client's pipe is: `| cat`
     // makes one on that side (a pipe made by root could not be opened by `nobody` anyway).
-    let mut command = std::process::Command::new(if as_root { "setpriv" } else { "sh" });
+    let mut command = crate::util::command(if as_root { "setpriv" } else { "sh" });
     if as_root {
         command.args([
             "--reuid=65534",

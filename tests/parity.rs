@@ -5,10 +5,10 @@
 
 use crate::util::{text, BIN};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn parity(args: &[&str]) -> Output {
-    Command::new(BIN)
+    crate::util::command(BIN)
         .arg("parity")
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -153,7 +153,7 @@ fn limits_hit_the_same_way_in_both_hosts() {
 #[test]
 fn a_missing_chromium_is_a_setup_error_that_says_how_to_install_it() {
     let empty = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
+    let out = crate::util::command(BIN)
         .args(["parity", "tests/parity_negative"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_remove("MCP_CODE_MODE_CHROMIUM")

@@ -14,7 +14,7 @@ use mcp_code_mode::bridge::{
 use mcp_code_mode::engine::{Limits, Outcome};
 use serde_json::{json, Map, Value};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -187,7 +187,7 @@ routes
 "#
     );
     let home = tempfile::tempdir().unwrap();
-    let mut server = Command::new(BIN)
+    let mut server = crate::util::command(BIN)
         .arg("serve")
         .current_dir(home.path())
         .env_remove("MCP_CODE_MODE_CONFIG")
@@ -372,7 +372,7 @@ import resource, subprocess, sys
 subprocess.run(sys.argv[1:], input=sys.stdin.buffer.read(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 "#;
-    let mut child = Command::new("python3")
+    let mut child = crate::util::command("python3")
         .args([
             "-c",
             measure,

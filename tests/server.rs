@@ -2,11 +2,10 @@
 //! (tests/fixtures), in both protocol modes: `legacy` (2025-11-25) and `auto` (2026-07-28).
 
 use crate::util::{text, BIN};
-use std::process::Command;
 
 fn check(name: &str, mode: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client/checks.py");
-    let out = Command::new("python3")
+    let out = crate::util::command("python3")
         .args([script, BIN, name, "--mode", mode])
         .output()
         .expect("python3 runs (install the client with: pip install mcp==2.3.0)");

@@ -31,6 +31,18 @@ pub fn limits(timeout_s: f64) -> Limits {
     }
 }
 
+/// A command without the user's own `MCP_CODE_MODE_*` settings (a config path, a log filter):
+/// every test sees the defaults, whoever runs it. Every process a test starts is made here.
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MCP_CODE_MODE_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
 /// Runs the CLI with `args`, feeding `stdin`, from `cwd` (default: this crate).
 pub fn cli(args: &[&str], stdin: &str) -> Output {
     cli_in(
@@ -42,7 +54,7 @@ pub fn cli(args: &[&str], stdin: &str) -> Output {
 }
 
 pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(bin)
+    let mut child = command(bin)
         .args(args)
         .current_dir(cwd)
         .stdin(Stdio::piped())
@@ -64,7 +76,7 @@ pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> O
 pub fn cli_peak(args: &[&str], stdin: &str) -> (Output, u64) {
     // Reaped by wait4 below, which std's `wait` cannot do with the usage figures.
     #[allow(clippy::zombie_processes)]
-    let mut child = Command::new(BIN)
+    let mut child = command(BIN)
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::piped())

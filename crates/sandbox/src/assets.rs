@@ -1,7 +1,7 @@
 //! assets — the files a sandbox boots from, embedded in the binary.
 //!
-//! Pyodide's five pinned boot files (checked against `pyodide-assets/SHA256SUMS` by the product's
-//! build.rs) and our own `js/` sources, both at the repository's top level. A leaf module: it
+//! Pyodide's five pinned boot files (checked against `pyodide-assets/SHA256SUMS` and packed by
+//! this crate's build.rs) and our own `js/` sources, both at the repository's top level. A leaf module: it
 //! knows nothing of V8, MCP or the network, so the V8 host and the browser-parity host serve
 //! exactly these bytes. Embedded bytes live in `static`s: a `const` is copied in once per use.
 //! The memory snapshot is not here: the product's build.rs makes it with this crate.
@@ -9,7 +9,16 @@
 /// The Pyodide release every sandbox runs.
 pub const PYODIDE_VERSION: &str = "314.0.8";
 
-macro_rules! pyodide_file {
+macro_rules! packed_file {
+    ($name:literal) => {
+        (
+            $name,
+            include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".lz4")),
+            true,
+        )
+    };
+}
+macro_rules! raw_file {
     ($name:literal) => {
         (
             $name,
@@ -18,18 +27,24 @@ macro_rules! pyodide_file {
                 "/../../pyodide-assets/",
                 $name
             )),
+            false,
         )
     };
 }
 
-/// Pyodide's boot files by name. Nothing else is ever served to the sandbox as a "file".
-pub static PYODIDE_FILES: [(&str, &[u8]); 5] = [
-    pyodide_file!("pyodide.asm.wasm"),
-    pyodide_file!("python_stdlib.zip"),
-    pyodide_file!("pyodide.asm.mjs"),
-    pyodide_file!("pyodide-lock.json"),
-    pyodide_file!("pyodide.mjs"),
+/// Pyodide's boot files by name, as build.rs checked them: (name, bytes, LZ4-packed). The wasm
+/// and the JS shrink ~2× packed; the zip is compressed already. Nothing else is ever served to
+/// the sandbox as a "file".
+static PYODIDE_EMBEDDED: [(&str, &[u8], bool); 5] = [
+    packed_file!("pyodide.asm.wasm"),
+    raw_file!("python_stdlib.zip"),
+    packed_file!("pyodide.asm.mjs"),
+    packed_file!("pyodide-lock.json"),
+    packed_file!("pyodide.mjs"),
 ];
+
+/// Each boot file once inflated, on first use.
+static PYODIDE_FILES: [std::sync::OnceLock<Vec<u8>>; 5] = [const { std::sync::OnceLock::new() }; 5];
 
 /// Our JS modules and the Python prelude, by file name under `js/`.
 pub static JS_FILES: [(&str, &str); 5] = [
@@ -47,10 +62,23 @@ pub static JS_FILES: [(&str, &str); 5] = [
 /// index URL (`/pyodide/pyodide.asm.wasm`).
 pub fn pyodide_file(path: &str) -> Option<&'static [u8]> {
     let name = path.strip_prefix("/pyodide/").unwrap_or(path);
-    PYODIDE_FILES
+    let i = PYODIDE_EMBEDDED.iter().position(|(n, _, _)| *n == name)?;
+    let (_, bytes, packed) = PYODIDE_EMBEDDED[i];
+    if !packed {
+        return Some(bytes);
+    }
+    Some(PYODIDE_FILES[i].get_or_init(|| {
+        lz4_flex::decompress_size_prepended(bytes)
+            .unwrap_or_else(|e| panic!("{name} does not inflate ({e}): this binary is damaged"))
+    }))
+}
+
+/// A boot file as embedded (packed or not), for the check that the binary holds it once.
+pub fn pyodide_file_embedded(name: &str) -> Option<&'static [u8]> {
+    PYODIDE_EMBEDDED
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, bytes)| *bytes)
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, bytes, _)| *bytes)
 }
 
 pub fn js_file(name: &str) -> Option<&'static str> {

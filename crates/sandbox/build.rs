@@ -1,0 +1,41 @@
+//! Build script of the sandbox core: checks Pyodide's pinned boot files against
+//! `pyodide-assets/SHA256SUMS` and packs those that shrink for embedding (LZ4, `OUT_DIR/<name>.lz4`; not the zip), which
+//! src/assets.rs inflates once per process on first use.
+
+use sha2::{Digest, Sha256};
+use std::{fs, path::Path};
+
+fn main() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pyodide-assets");
+    let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    let sums_path = dir.join("SHA256SUMS");
+    println!("cargo:rerun-if-changed={}", sums_path.display());
+    let sums = fs::read_to_string(&sums_path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", sums_path.display()));
+    for line in sums.lines().filter(|l| !l.trim().is_empty()) {
+        let (want, name) = line
+            .split_once("  ")
+            .unwrap_or_else(|| panic!("{}: malformed line {line:?}", sums_path.display()));
+        let path = dir.join(name);
+        println!("cargo:rerun-if-changed={}", path.display());
+        let bytes = fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read {} ({e}); run pyodide-assets/fetch.sh",
+                path.display()
+            )
+        });
+        let got = format!("{:x}", Sha256::digest(&bytes));
+        if got != want {
+            panic!(
+                "{} has sha256 {got}, but SHA256SUMS pins {want}; run pyodide-assets/fetch.sh",
+                path.display()
+            );
+        }
+        if name.ends_with(".zip") {
+            continue; // already compressed: embedded as it is
+        }
+        let packed = Path::new(&out).join(format!("{name}.lz4"));
+        fs::write(&packed, lz4_flex::compress_prepend_size(&bytes))
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", packed.display()));
+    }
+}
