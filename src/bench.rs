@@ -11,6 +11,7 @@ use crate::config::{self, Config, ServerConfig};
 use crate::engine::{Job, Limits, Sandbox, SandboxConfig};
 use crate::hub::Hub;
 use anyhow::{bail, Context};
+use parking_lot::Mutex;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
@@ -19,7 +20,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -232,7 +233,7 @@ impl ServerChild {
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut log = log.lock();
                     log.push_str(&line);
                     log.push('\n');
                 }
@@ -242,7 +243,7 @@ impl ServerChild {
             Ok(client) => client,
             Err(e) => bail!(
                 "the MCP handshake with `serve --pool-size {pool_size}` failed: {e}; its stderr: {}",
-                log.lock().unwrap_or_else(|p| p.into_inner())
+                log.lock()
             ),
         };
         Ok(ServerChild {
@@ -266,7 +267,7 @@ impl ServerChild {
             .with_context(|| {
                 format!(
                     "tools/call execute_code failed; server stderr: {}",
-                    self.stderr.lock().unwrap_or_else(|p| p.into_inner())
+                    self.stderr.lock()
                 )
             })?;
         let report = result.structured_content.unwrap_or(Value::Null);

@@ -24,6 +24,29 @@ pub const PATH_ENV: &str = "MCP_CODE_MODE_CONFIG";
 /// Per-call timeout when a server sets no `timeout_s`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest timeout any setting takes (a server's `timeout_s`, `--timeout`, `--max-timeout`).
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+
+/// Whether `s` is a usable timeout: more than 0 and at most `max` seconds. The one rule for
+/// every timeout a user or a client gives.
+pub fn timeout_within(s: f64, max: f64) -> bool {
+    s.is_finite() && s > 0.0 && s <= max
+}
+
+/// A timeout on the command line (clap's value parser).
+pub fn parse_timeout(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if timeout_within(v, MAX_TIMEOUT_S) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "'{s}' is out of range: use more than 0 and at most {MAX_TIMEOUT_S} seconds"
+        ))
+    }
+}
+
 const KNOWN_FIELDS: &[&str] = &[
     "command",
     "args",
@@ -415,7 +438,7 @@ fn parse_server(
     let timeout = match entry.get("timeout_s") {
         None | Some(Value::Null) => DEFAULT_TIMEOUT,
         Some(Value::Number(n)) => match n.as_f64() {
-            Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
+            Some(s) if timeout_within(s, MAX_TIMEOUT_S) => Duration::from_secs_f64(s),
             _ => {
                 return Err(ctx.field_error(
                     "timeout_s",

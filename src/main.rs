@@ -66,7 +66,7 @@ struct ServeArgs {
     #[command(flatten)]
     limits: LimitArgs,
     /// The longest timeout_s a client may ask execute_code for.
-    #[arg(long = "max-timeout", default_value_t = 300.0, value_name = "SECONDS", value_parser = parse_timeout)]
+    #[arg(long = "max-timeout", default_value_t = 300.0, value_name = "SECONDS", value_parser = config::parse_timeout)]
     max_timeout: f64,
     /// Boot Pyodide from scratch instead of restoring the embedded snapshot (slower; for comparison).
     #[arg(long = "no-snapshot")]
@@ -85,7 +85,7 @@ struct DebugArgs {
 #[derive(Args, Clone)]
 struct LimitArgs {
     /// Seconds a script may run before it is stopped.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = parse_timeout)]
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = config::parse_timeout)]
     timeout: f64,
     /// MiB of memory a sandbox may use in all: V8's JS heap gets a quarter, Python and buffers the rest.
     #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(128..=16384))]
@@ -102,19 +102,6 @@ impl LimitArgs {
             memory_mb: self.memory_mb,
             max_output: self.max_output,
         }
-    }
-}
-
-fn parse_timeout(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if v.is_finite() && v > 0.0 && v <= 86400.0 {
-        Ok(v)
-    } else {
-        Err(format!(
-            "'{s}' is out of range: use more than 0 and at most 86400 seconds"
-        ))
     }
 }
 

@@ -18,19 +18,18 @@ use crate::bridge::view::{PythonView, ViewCache};
 use crate::bridge::{ServerCatalog, ToolCallError, ToolHost};
 use crate::config::Config;
 use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::ServiceError;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use server::{lock, retry_text, seconds, Live, Phase, Shared, Slot};
-use std::future::Future;
+use server::{retry_text, seconds, Live, Phase, Shared, Slot};
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 pub use shape::shape_result;
 
@@ -194,7 +193,7 @@ impl Hub {
     /// is left running. Safe to call more than once.
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
-        let supervisors = std::mem::take(&mut *lock(&self.supervisors));
+        let supervisors = std::mem::take(&mut *self.supervisors.lock());
         for supervisor in supervisors {
             let _ = supervisor.await;
         }
@@ -299,7 +298,8 @@ impl ToolHost for Hub {
             return Box::pin(async { Ok(()) });
         };
         let deadline = tokio::time::Instant::now() + slot.config.timeout;
-        let task = AbortOnDrop(
+        // Aborted when dropped, so an abandoned call stops.
+        let task = AbortOnDropHandle::new(
             self.runtime
                 .spawn(async move { ready(&slot, deadline).await.map(drop) }),
         );
@@ -326,7 +326,8 @@ impl ToolHost for Hub {
             return Box::pin(async move { Err(ToolCallError(message)) });
         }
         // Spawned on the hub's runtime: the caller polls from the sandbox thread's own runtime.
-        let task = AbortOnDrop(self.runtime.spawn(call_tool(
+        // Aborted when dropped, so an abandoned call stops.
+        let task = AbortOnDropHandle::new(self.runtime.spawn(call_tool(
             slot.clone(),
             tool.to_owned(),
             arguments,
@@ -343,22 +344,6 @@ impl ToolHost for Hub {
                 ))),
             }
         })
-    }
-}
-
-/// A spawned task that is aborted when its handle is dropped, so an abandoned call stops.
-struct AbortOnDrop<T>(JoinHandle<T>);
-
-impl<T> Future for AbortOnDrop<T> {
-    type Output = Result<T, tokio::task::JoinError>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -12,6 +12,7 @@ use super::shape::{printable, tool_specs};
 use crate::bridge::ToolSpec;
 use crate::config::ServerConfig;
 use futures::future::{Fuse, FusedFuture, FutureExt};
+use parking_lot::Mutex;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, Peer, QuitReason, RoleClient, ServiceExt};
@@ -20,7 +21,7 @@ use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
@@ -75,23 +76,18 @@ impl Shared {
     }
 
     pub fn live_groups(&self) -> Vec<i32> {
-        lock(&self.groups).iter().copied().collect()
+        self.groups.lock().iter().copied().collect()
     }
 
     /// SIGKILLs every group still recorded, and every escapee: the last resort of shutdown and
     /// `Drop`.
     pub fn kill_all_groups(&self) {
-        for pgid in lock(&self.groups).drain() {
+        for pgid in self.groups.lock().drain() {
             kill_group(pgid, libc::SIGKILL);
         }
         kill_escapees();
         self.groups_changed.notify_waiters();
     }
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic elsewhere must not take the hub down with it: the data is still consistent.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Kills (with their groups) and reaps our children that left our session: a server's
@@ -362,7 +358,7 @@ impl Process {
         if let Some(done) = self.stderr_done.take() {
             let _ = tokio::time::timeout(Duration::from_millis(500), done).await;
         }
-        let tail = lock(&self.stderr_tail);
+        let tail = self.stderr_tail.lock();
         (!tail.is_empty()).then(|| tail.iter().cloned().collect::<Vec<_>>().join(" | "))
     }
 
@@ -665,7 +661,7 @@ struct GroupGuard {
 
 impl GroupGuard {
     fn new(pgid: i32, shared: &Arc<Shared>) -> Self {
-        lock(&shared.groups).insert(pgid);
+        shared.groups.lock().insert(pgid);
         Self {
             pgid,
             shared: shared.clone(),
@@ -676,7 +672,7 @@ impl GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         kill_group(self.pgid, libc::SIGKILL);
-        lock(&self.shared.groups).remove(&self.pgid);
+        self.shared.groups.lock().remove(&self.pgid);
         self.shared.groups_changed.notify_waiters();
     }
 }
@@ -794,7 +790,7 @@ async fn forward_stderr(
                     " … [line cut: longer than 16 KiB]"
                 };
                 tracing::info!(target: "downstream", server = %name, "{text}{cut}");
-                let mut tail = lock(&tail);
+                let mut tail = tail.lock();
                 if tail.len() == STDERR_TAIL_LINES {
                     tail.pop_front();
                 }

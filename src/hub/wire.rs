@@ -10,10 +10,11 @@
 //! **Invariant:** memory per connection is bounded by [`MAX_LINE`] (plus one parsed copy of a
 //! line under it); nothing a server writes reaches rmcp unchecked.
 
+use parking_lot::Mutex;
 use regex::bytes::Regex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 
@@ -52,10 +53,6 @@ struct Request {
 }
 
 type Shared = Arc<Mutex<Open>>;
-
-fn lock(open: &Shared) -> std::sync::MutexGuard<'_, Open> {
-    open.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Puts the guard between `server_out`/`server_in` (the child's stdout and stdin) and returns
 /// the stream rmcp should use instead. Both directions end when either side closes.
@@ -96,7 +93,7 @@ where
 }
 
 fn note_outgoing(open: &Shared, message: &Value) {
-    let mut open = lock(open);
+    let mut open = open.lock();
     match (
         message.get("method").and_then(Value::as_str),
         message.get("id"),
@@ -371,7 +368,7 @@ fn check_message(name: &str, message: Value, bytes: &[u8], open: &Shared) -> Che
             &format!("its response is not valid JSON-RPC: {problem}"),
         );
     }
-    let request = lock(open).requests.remove(&id.to_string());
+    let request = open.lock().requests.remove(&id.to_string());
     match request {
         Some(request) if request.method == "tools/list" && object.contains_key("result") => {
             let mut message = message;
@@ -383,12 +380,12 @@ fn check_message(name: &str, message: Value, bytes: &[u8], open: &Shared) -> Che
 }
 
 fn is_open(open: &Shared, id: &Value) -> bool {
-    lock(open).requests.contains_key(&id.to_string())
+    open.lock().requests.contains_key(&id.to_string())
 }
 
 /// An error response for request `id`, which rmcp hands to whoever made the request.
 fn answer_error(open: &Shared, id: &Value, reason: &str) -> Checked {
-    lock(open).requests.remove(&id.to_string());
+    open.lock().requests.remove(&id.to_string());
     Checked::Reply(vec![error_response(id, reason)])
 }
 
@@ -426,7 +423,8 @@ fn fail_unreadable(name: &str, head: &[u8], tail: &[u8], open: &Shared, reason: 
 }
 
 fn fail_all(name: &str, open: &Shared, reason: &str) -> Checked {
-    let failed: Vec<Value> = lock(open)
+    let failed: Vec<Value> = open
+        .lock()
         .requests
         .drain()
         .filter_map(|(id, _)| serde_json::from_str::<Value>(&id).ok())
@@ -470,7 +468,7 @@ fn clean_tool_list(name: &str, message: &mut Value, continues: bool, open: &Shar
         tools: taken,
         mut bytes,
     } = {
-        let mut open = lock(open);
+        let mut open = open.lock();
         if !continues {
             open.listing = Listing::default();
         }
@@ -506,7 +504,7 @@ fn clean_tool_list(name: &str, message: &mut Value, continues: bool, open: &Shar
         );
     }
     {
-        let mut open = lock(open);
+        let mut open = open.lock();
         open.listing.tools = taken + kept.len();
         open.listing.bytes = bytes;
     }

@@ -9,11 +9,12 @@
 //! process group, renderers included.
 
 use futures::{SinkExt, StreamExt};
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{mpsc, oneshot};
@@ -134,7 +135,7 @@ impl Browser {
                     let mut lines = tokio::io::BufReader::new(stderr).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
                         tracing::trace!("chromium: {line}");
-                        let mut tail = lock(&tail);
+                        let mut tail = tail.lock();
                         if tail.len() == STDERR_TAIL {
                             tail.pop_front();
                         }
@@ -154,7 +155,7 @@ impl Browser {
         let endpoint = match browser.wait_for_endpoint().await {
             Ok(endpoint) => endpoint,
             Err(message) => {
-                let tail: Vec<String> = lock(&tail).iter().cloned().collect();
+                let tail: Vec<String> = tail.lock().iter().cloned().collect();
                 browser.kill();
                 return Err(launch_error(if tail.is_empty() {
                     message
@@ -406,7 +407,7 @@ impl Cdp {
                     Some(Err(e)) => break format!("the connection failed: {e}"),
                 };
             };
-            let mut state = lock(&reader_state);
+            let mut state = reader_state.lock();
             for (_, (_, tx)) in state.pending.drain() {
                 let _ = tx.send(Err(reason.clone()));
             }
@@ -435,7 +436,7 @@ impl Cdp {
         }
         let (tx, rx) = oneshot::channel();
         {
-            let mut state = lock(&self.state);
+            let mut state = self.state.lock();
             if let Some(reason) = &state.closed {
                 return Err(BrowserError::Connection(reason.clone()));
             }
@@ -449,7 +450,7 @@ impl Cdp {
             .map(|out| out.send(Message::Text(message.to_string().into())).is_ok())
             .unwrap_or(false);
         if !sent {
-            lock(&self.state).pending.remove(&id);
+            self.state.lock().pending.remove(&id);
             return Err(BrowserError::Connection("the connection is closed".into()));
         }
         match tokio::time::timeout(timeout, rx).await {
@@ -460,7 +461,7 @@ impl Cdp {
             }),
             Ok(Err(_)) => Err(BrowserError::Connection("the connection is closed".into())),
             Err(_) => {
-                lock(&self.state).pending.remove(&id);
+                self.state.lock().pending.remove(&id);
                 Err(BrowserError::Timeout {
                     method: method.into(),
                     after: timeout,
@@ -472,14 +473,15 @@ impl Cdp {
     /// The params of the next `method` event in `session`.
     fn wait_event(&self, session: &str, method: &str) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.state)
+        self.state
+            .lock()
             .waiters
             .push((session.to_owned(), method.to_owned(), tx));
         rx
     }
 
     fn close(&self) {
-        for task in lock(&self.tasks).drain(..) {
+        for task in self.tasks.lock().drain(..) {
             task.abort();
         }
     }
@@ -490,7 +492,7 @@ fn dispatch(state: &Mutex<CdpState>, text: &str) {
         tracing::debug!("cdp: unreadable message: {text}");
         return;
     };
-    let mut state = lock(state);
+    let mut state = state.lock();
     if let Some(id) = message.get("id").and_then(Value::as_u64) {
         if let Some((_, tx)) = state.pending.remove(&id) {
             let reply = match message.get("error") {
@@ -548,8 +550,4 @@ fn dispatch(state: &Mutex<CdpState>, text: &str) {
         let (_, _, tx) = state.waiters.swap_remove(at);
         let _ = tx.send(message.get("params").cloned().unwrap_or(Value::Null));
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -14,12 +14,13 @@ use crate::assets;
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{NoTools, SharedOutput, Stream, ToolBridge};
 use crate::engine::{self, Limits};
+use parking_lot::Mutex;
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -124,12 +125,14 @@ impl Server {
     /// Registers a new run; its page is at [`Server::page_url`].
     pub fn open_session(&self, settings: &RunSettings) -> Result<Arc<Session>, String> {
         let session = Arc::new(Session::new(settings)?);
-        lock(&self.sessions).insert(session.token.clone(), session.clone());
+        self.sessions
+            .lock()
+            .insert(session.token.clone(), session.clone());
         Ok(session)
     }
 
     pub fn close_session(&self, session: &Session) {
-        lock(&self.sessions).remove(&session.token);
+        self.sessions.lock().remove(&session.token);
     }
 
     pub fn page_url(&self, session: &Session) -> String {
@@ -141,10 +144,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.accept.abort();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct Request {
@@ -378,7 +377,7 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
         );
     };
     let (token, endpoint) = rest.split_once('/').unwrap_or((rest, ""));
-    let Some(session) = lock(sessions).get(token).cloned() else {
+    let Some(session) = sessions.lock().get(token).cloned() else {
         return Response::error(404, format!("no parity run with token {token:?}"));
     };
     match (method, endpoint) {
@@ -416,7 +415,7 @@ fn entropy(session: &Session, query: &str) -> Response {
     match n {
         Some(n) if (1..=MAX_ENTROPY).contains(&n) => {
             let mut bytes = vec![0u8; n];
-            lock(&session.entropy).fill_bytes(&mut bytes);
+            session.entropy.lock().fill_bytes(&mut bytes);
             Response::ok("application/octet-stream", bytes)
         }
         _ => Response::error(

@@ -52,7 +52,7 @@ pub struct ParityArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
     /// Seconds each script may run in each host.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = parse_timeout)]
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = config::parse_timeout)]
     pub timeout: f64,
     /// MiB of memory each sandbox may use (the same cap in both hosts).
     #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(128..=16384))]
@@ -70,16 +70,6 @@ pub struct ParityArgs {
     /// After the table, print every differing field of every differing script in full.
     #[arg(long)]
     pub verbose: bool,
-}
-
-fn parse_timeout(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v <= 86400.0 => Ok(v),
-        Ok(_) => Err(format!(
-            "'{s}' is out of range: use more than 0 and at most 86400 seconds"
-        )),
-        Err(_) => Err(format!("'{s}' is not a number of seconds")),
-    }
 }
 
 /// What one host made of one script: the fields that are compared, and its time.
@@ -426,13 +416,7 @@ impl Runner {
                 session.tools.set_host(tool_host(&hub));
                 let outcome = self.run_in_browser(&page, &session, &job).await;
                 stop_hub(hub).await;
-                browser_calls = std::mem::take(
-                    &mut *session
-                        .tools
-                        .calls
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()),
-                );
+                browser_calls = std::mem::take(&mut *session.tools.calls.lock());
                 page.close().await;
                 self.server.close_session(&session);
                 outcome

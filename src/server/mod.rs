@@ -150,7 +150,7 @@ impl CodeModeServer {
     ) -> Result<CallToolResult, McpError> {
         let timeout = match args.timeout_s {
             None => self.options.limits.timeout,
-            Some(s) if s.is_finite() && s > 0.0 && s <= self.options.max_timeout.as_secs_f64() => {
+            Some(s) if crate::config::timeout_within(s, self.options.max_timeout.as_secs_f64()) => {
                 Duration::from_secs_f64(s)
             }
             Some(s) => {

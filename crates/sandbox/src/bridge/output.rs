@@ -3,7 +3,8 @@
 //! Shared between the sandbox thread (which writes) and the `Sandbox` handle (which reads what was
 //! kept even when the isolate had to be killed), so output printed before a timeout is not lost.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -49,12 +50,8 @@ impl SharedOutput {
         })))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, OutputSink> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub fn write(&self, stream: Stream, bytes: &[u8]) {
-        let mut sink = self.lock();
+        let mut sink = self.0.lock();
         let max = sink.max_bytes;
         let kept = match stream {
             Stream::Stdout => &mut sink.stdout,
@@ -83,7 +80,7 @@ impl SharedOutput {
     }
 
     pub fn captured(&self) -> CapturedOutput {
-        let sink = self.lock();
+        let sink = self.0.lock();
         let text = |stream, kept: &Kept| {
             let mut s = String::from_utf8_lossy(&kept.bytes).into_owned();
             if let Some(notice) = Self::truncation_notice(stream, kept.dropped, sink.max_bytes) {

@@ -131,21 +131,21 @@ const PARSED_ARGUMENTS_FACTOR: usize = 12;
 /// sandbox serves whoever takes it) and the log of calls made.
 #[derive(Clone)]
 pub struct ToolBridge {
-    host: Arc<std::sync::RwLock<Arc<dyn ToolHost>>>,
-    pub calls: Arc<std::sync::Mutex<Vec<ToolCallRecord>>>,
+    host: Arc<parking_lot::RwLock<Arc<dyn ToolHost>>>,
+    pub calls: Arc<parking_lot::Mutex<Vec<ToolCallRecord>>>,
     /// Calls started, finished or not: a slot is taken before a call begins, so the cap holds
     /// however many calls run at once.
     started: Arc<std::sync::atomic::AtomicUsize>,
     pub max_calls: usize,
     /// The catalogue version this job reads: taken with the index, so the tools of a server it
     /// then asks for belong to the same version.
-    view: Arc<std::sync::Mutex<Option<Arc<PythonView>>>>,
+    view: Arc<parking_lot::Mutex<Option<Arc<PythonView>>>>,
 }
 
 impl ToolBridge {
     pub fn new(host: Arc<dyn ToolHost>) -> Self {
         Self {
-            host: Arc::new(std::sync::RwLock::new(host)),
+            host: Arc::new(parking_lot::RwLock::new(host)),
             calls: Default::default(),
             started: Default::default(),
             max_calls: 1000,
@@ -158,14 +158,14 @@ impl ToolBridge {
     pub fn catalog_index(&self) -> String {
         let view = self.host().python_view();
         let index = view.index().to_owned();
-        *self.view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+        *self.view.lock() = Some(view);
         index
     }
 
     /// The tools of `server` in the version the last [`ToolBridge::catalog_index`] read, as
     /// JSON; empty when it serves none there.
     pub fn server_tools(&self, server: &str) -> String {
-        let view = self.view.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let view = self.view.lock().clone();
         let view = view.unwrap_or_else(|| self.host().python_view());
         view.server_tools(server).unwrap_or_default().to_owned()
     }
@@ -196,11 +196,11 @@ impl ToolBridge {
     }
 
     pub fn host(&self) -> Arc<dyn ToolHost> {
-        self.host.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.host.read().clone()
     }
 
     pub fn set_host(&self, host: Arc<dyn ToolHost>) {
-        *self.host.write().unwrap_or_else(|p| p.into_inner()) = host;
+        *self.host.write() = host;
     }
 
     /// Makes one call and returns the JSON envelope Python unwraps:
@@ -226,10 +226,7 @@ impl ToolBridge {
             ms: round_ms(started.elapsed()),
             ok: result.is_ok(),
         };
-        self.calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(record);
+        self.calls.lock().push(record);
         let envelope = match result {
             Ok(value) => serde_json::json!({"ok": true, "value": value}),
             Err(e) => serde_json::json!({"ok": false, "error": e.0}),

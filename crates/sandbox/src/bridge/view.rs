@@ -8,9 +8,10 @@
 
 use super::signature::{docstring, python_name, signature};
 use super::tools::ServerCatalog;
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Each running server's tools and, once asked for, their rendering.
 type Rendered = HashMap<String, (Arc<Vec<super::ToolSpec>>, OnceLock<String>)>;
@@ -100,7 +101,7 @@ impl ViewCache {
         unavailable: &[(String, String)],
     ) -> PythonView {
         let servers = {
-            let mut cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut cached = self.0.lock();
             match &*cached {
                 Some((v, servers)) if *v == version => servers.clone(),
                 _ => {

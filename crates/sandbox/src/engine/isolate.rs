@@ -127,7 +127,6 @@ pub(super) async fn spawn(
 fn exit_reason(fate: &Fate, fallback: &str) -> String {
     fate.exit_reason
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .clone()
         .unwrap_or_else(|| fallback.to_owned())
 }

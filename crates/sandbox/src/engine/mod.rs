@@ -18,10 +18,11 @@ pub use pool::Pool;
 
 use crate::bridge::output::LiveOutput;
 use crate::bridge::{SharedOutput, ToolBridge, ToolCallRecord, ToolHost};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -212,7 +213,7 @@ pub(crate) struct Fate {
 
 impl Fate {
     pub(crate) fn finish(&self, reason: Option<String>) {
-        *self.exit_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason;
+        *self.exit_reason.lock() = reason;
         self.done.store(true, Ordering::SeqCst);
         self.finished.notify_waiters();
     }
@@ -223,10 +224,7 @@ impl Fate {
         if !self.done.load(Ordering::SeqCst) {
             let _ = tokio::time::timeout(Duration::from_secs(2), notified).await;
         }
-        self.exit_reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.exit_reason.lock().clone()
     }
 }
 
@@ -290,8 +288,7 @@ impl Sandbox {
         };
         self.stop();
         let captured = self.output.captured();
-        let tool_calls =
-            std::mem::take(&mut *self.tools.calls.lock().unwrap_or_else(|p| p.into_inner()));
+        let tool_calls = std::mem::take(&mut *self.tools.calls.lock());
         let (result, error, exit_code) = match report {
             Ok(r) => {
                 let code = if r.error.is_some() && r.exit_code == 0 {

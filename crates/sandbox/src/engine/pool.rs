@@ -5,8 +5,9 @@
 
 use super::{EngineError, Limits, Sandbox, SandboxConfig};
 use crate::bridge::{NoTools, ToolHost};
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -43,16 +44,12 @@ impl Pool {
     }
 
     pub fn ready_count(&self) -> usize {
-        self.ready.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.ready.lock().len()
     }
 
     /// A ready sandbox serving `tools`, booted now if none is waiting.
     pub async fn take(&self, tools: Arc<dyn ToolHost>) -> Result<Sandbox, EngineError> {
-        let pooled = self
-            .ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front();
+        let pooled = self.ready.lock().pop_front();
         self.wanted.notify_one();
         let sandbox = match pooled {
             Some(sandbox) => sandbox,
@@ -100,11 +97,7 @@ async fn refill(pool: std::sync::Weak<Pool>) {
             Ok(sandbox) => {
                 failures = 0;
                 match pool.upgrade() {
-                    Some(strong) => strong
-                        .ready
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push_back(sandbox),
+                    Some(strong) => strong.ready.lock().push_back(sandbox),
                     None => return,
                 }
             }
