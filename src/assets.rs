@@ -9,7 +9,7 @@ static SNAPSHOT_PACKED: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/pyodide.snapshot.packed"));
 
 /// The snapshot every sandbox restores instead of booting, inflated once per process on first
-/// use. (build.rs's own copy of this module has none: it is making it.)
+/// use. An `Option` because a sandbox may boot without one (`--no-snapshot`).
 pub fn snapshot() -> Option<&'static [u8]> {
     static INFLATED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     Some(INFLATED.get_or_init(|| {
@@ -19,7 +19,7 @@ pub fn snapshot() -> Option<&'static [u8]> {
 }
 
 /// The snapshot as embedded, for the check that the binary holds it once.
-pub fn snapshot_compressed() -> &'static [u8] {
+pub fn snapshot_packed() -> &'static [u8] {
     SNAPSHOT_PACKED
 }
 

@@ -468,7 +468,7 @@ fn first_hour_errors_say_what_is_wrong_once() {
 fn the_binary_holds_one_copy_of_each_embedded_blob() {
     let binary = std::fs::read(crate::util::BIN).unwrap();
     let embedded = |name| mcp_code_mode::assets::pyodide_file_embedded(name).unwrap();
-    let snapshot = mcp_code_mode::assets::snapshot_compressed();
+    let snapshot = mcp_code_mode::assets::snapshot_packed();
     for (what, blob) in [
         ("snapshot", snapshot),
         ("pyodide.asm.wasm", embedded("pyodide.asm.wasm")),

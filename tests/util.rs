@@ -54,6 +54,13 @@ pub fn cli(args: &[&str], stdin: &str) -> Output {
 }
 
 pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> Output {
+    spawn_cli(bin, cwd, args, stdin)
+        .wait_with_output()
+        .expect("the binary ends")
+}
+
+/// The CLI started with piped streams, `stdin` written to it and closed.
+fn spawn_cli(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> std::process::Child {
     let mut child = command(bin)
         .args(args)
         .current_dir(cwd)
@@ -62,31 +69,19 @@ pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> O
         .stderr(Stdio::piped())
         .spawn()
         .expect("the binary starts");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
     child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().expect("the binary ends")
 }
 
 /// [`cli`], and the peak RSS of the binary in KiB (its own, from `wait4`: not the test's, and
 /// not its children's, which are reaped by it).
 pub fn cli_peak(args: &[&str], stdin: &str) -> (Output, u64) {
     // Reaped by wait4 below, which std's `wait` cannot do with the usage figures.
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     #[allow(clippy::zombie_processes)]
-    let mut child = command(BIN)
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).unwrap();
-    drop(input);
+    let mut child = spawn_cli(BIN, manifest, args, stdin);
     let read = |mut pipe: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();

@@ -392,9 +392,7 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
         // The server's name as the body: a name is any string, and a body needs no escaping.
         ("POST", "server-tools") => Response::ok(
             "application/json",
-            session
-                .tools
-                .server_tools(&String::from_utf8_lossy(&request.body)),
+            session.tools.server_tools(&request.body),
         ),
         ("POST", "tool") => tool_call(&session, &request.body).await,
         ("POST", "output") => output(&session, &request.body),

@@ -356,12 +356,7 @@ fn op_tools_catalog(state: &mut OpState) -> String {
 #[op2]
 #[string]
 fn op_tools_server_catalog(state: &mut OpState, #[buffer] server: &[u8]) -> String {
-    match std::str::from_utf8(server) {
-        Ok(server) if server.len() <= tools::MAX_NAME_BYTES => {
-            state.borrow::<ToolBridge>().server_tools(server)
-        }
-        _ => String::new(),
-    }
+    state.borrow::<ToolBridge>().server_tools(server)
 }
 
 /// Waits until a server that was starting when the job began is up (or failed), bounded by the

@@ -162,12 +162,15 @@ impl ToolBridge {
         index
     }
 
-    /// The tools of `server` in the version the last [`ToolBridge::catalog_index`] read, as
-    /// JSON; empty when it serves none there.
-    pub fn server_tools(&self, server: &str) -> String {
+    /// The tools of `server` (its name as the script sent it) in the version the last
+    /// [`ToolBridge::catalog_index`] read, as JSON; empty when it serves none there.
+    pub fn server_tools(&self, server: &[u8]) -> String {
+        let Ok(server) = name(server, "server") else {
+            return String::new();
+        };
         let view = self.view.lock().clone();
         let view = view.unwrap_or_else(|| self.host().python_view());
-        view.server_tools(server).unwrap_or_default().to_owned()
+        view.server_tools(&server).unwrap_or_default().to_owned()
     }
 
     /// Takes one of the job's [`ToolBridge::max_calls`] slots, or says why not.
