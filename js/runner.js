@@ -132,6 +132,8 @@ export async function bootSandbox(settings, host) {
  * run_sync. Returns the outcome JSON produced by codemode.run_job: {result, error, exit_code}.
  */
 export async function runJob(pyodide, job) {
+  // A sandbox copied from one already booted (a forked child) draws fresh `random` state first.
+  if (job.reseed) pyodide.runPython("import codemode\ncodemode.reseed()");
   pyodide.globals.set("__codemode_job", JSON.stringify(job));
   return await pyodide.runPythonAsync(
     "import codemode\nawait codemode.run_job(__codemode_job)",

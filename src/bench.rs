@@ -212,15 +212,43 @@ struct ServerChild {
 
 impl ServerChild {
     async fn start(pool_size: usize) -> anyhow::Result<ServerChild> {
+        Self::start_with(pool_size, "thread").await
+    }
+
+    /// `serve` with `--sandbox kind` (`thread` keeps `pool_size` ready; `fork` ignores it).
+    async fn start_with(pool_size: usize, kind: &str) -> anyhow::Result<ServerChild> {
+        Self::start_full(pool_size, kind, None).await
+    }
+
+    /// As [`ServerChild::start_with`], serving the downstream servers of `config` (JSON).
+    async fn start_full(
+        pool_size: usize,
+        kind: &str,
+        config: Option<&Value>,
+    ) -> anyhow::Result<ServerChild> {
         let exe = std::env::current_exe().context("cannot find our own executable")?;
         // An empty folder as the working directory: no config/mcp_servers.json is found there,
         // and an empty $MCP_CODE_MODE_CONFIG names none.
         let dir = tempfile::tempdir()?;
+        let config_path = match config {
+            Some(config) => {
+                let path = dir.path().join("servers.json");
+                std::fs::write(&path, config.to_string())?;
+                path.display().to_string()
+            }
+            None => String::new(),
+        };
         let mut command = tokio::process::Command::new(exe);
         command
-            .args(["serve", "--pool-size", &pool_size.to_string()])
+            .args([
+                "serve",
+                "--pool-size",
+                &pool_size.to_string(),
+                "--sandbox",
+                kind,
+            ])
             .current_dir(dir.path())
-            .env(config::PATH_ENV, "")
+            .env(config::PATH_ENV, config_path)
             .env_remove("MCP_CODE_MODE_LOG");
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(Stdio::piped())
@@ -275,6 +303,22 @@ impl ServerChild {
             bail!("execute_code did not run the script as expected: {report}");
         }
         Ok(report["duration_ms"].as_f64().unwrap_or(f64::NAN))
+    }
+
+    /// One `execute_code` call that must succeed; returns what it printed.
+    async fn execute_any(&self, code: &str) -> anyhow::Result<String> {
+        let Value::Object(args) = json!({ "code": code }) else {
+            unreachable!("a json object")
+        };
+        let result = self
+            .client
+            .call_tool(CallToolRequestParams::new("execute_code").with_arguments(args))
+            .await?;
+        let report = result.structured_content.unwrap_or(Value::Null);
+        if result.is_error == Some(true) {
+            bail!("execute_code failed: {report}");
+        }
+        Ok(report["stdout"].as_str().unwrap_or_default().to_owned())
     }
 
     fn rss_mib(&self) -> anyhow::Result<f64> {
@@ -1229,7 +1273,188 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
         ),
     );
     print_table(&rows, &notes);
+    if want(8) {
+        fork_section(&plan, p50(&snap), quick).await;
+    }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 8: the forked sandbox beside the thread one, measured in the same run.
+
+fn p(samples: &[f64], q: f64) -> String {
+    value(percentile(samples, q), "ms")
+}
+
+async fn fork_section(plan: &Plan, thread_ready_p50: Option<f64>, quick: bool) {
+    println!("\n### Forked sandboxes (`--sandbox fork`, the default) beside threads (`--sandbox thread`)\n");
+    println!("| measurement | fork | thread |");
+    println!("|---|---|---|");
+    let line =
+        |what: &str, fork: String, thread: String| println!("| {what} | {fork} | {thread} |");
+    match fork_ready(plan.snapshot_starts.max(20)).await {
+        Ok(ready) => line(
+            "8a. fresh sandbox ready (fork: zygote forks a sealed child; thread: snapshot restore)",
+            format!("{} p50, {} p95", p(&ready, 50.0), p(&ready, 95.0)),
+            fmt_opt(thread_ready_p50) + " p50 (row 1)",
+        ),
+        Err(e) => line("8a. fresh sandbox ready", failed(e), String::new()),
+    }
+    let n = plan.round_trips;
+    let fork_rt = back_to_back("fork", n).await;
+    let thread_rt = back_to_back("thread", n.min(50)).await;
+    let show = |r: &anyhow::Result<Vec<f64>>| match r {
+        Ok(s) => format!("{} p50, {} p95 (n={})", p(s, 50.0), p(s, 95.0), s.len()),
+        Err(e) => format!("failed: {e:#}"),
+    };
+    line(
+        "8b. `execute_code(\"print(1)\")` over MCP stdio, back to back, client-side",
+        show(&fork_rt),
+        show(&thread_rt) + " (`--pool-size 2`)",
+    );
+    let (calls, threads_calls) = if quick { (200, 40) } else { (1000, 100) };
+    let fork_burst = burst("fork", calls, 8).await;
+    let thread_burst = burst("thread", threads_calls, 8).await;
+    let show_burst = |r: &anyhow::Result<Burst>| match r {
+        Ok(b) => format!(
+            "{:.0} executions/s, {} p50, {} p95, {} failed of {}",
+            b.per_second,
+            p(&b.latencies, 50.0),
+            p(&b.latencies, 95.0),
+            b.failures,
+            b.latencies.len() + b.failures
+        ),
+        Err(e) => format!("failed: {e:#}"),
+    };
+    line(
+        "8c. `execute_code` at concurrency 8, every fourth calling server-everything's get-sum",
+        show_burst(&fork_burst),
+        show_burst(&thread_burst),
+    );
+    match idle_rss_with_zygote().await {
+        Ok((server, zygote)) => line(
+            "8d. idle server RSS (fork: server + zygote)",
+            format!("{server:.1} + {zygote:.1} = {:.1} MiB", server + zygote),
+            "row 5".into(),
+        ),
+        Err(e) => line("8d. idle server RSS", failed(e), String::new()),
+    }
+    println!(
+        "\nA running child's private memory (PSS/USS) is not measured here yet; row 3 measures the \
+         tool-call overhead (of whichever kind `serve` defaults to)."
+    );
+}
+
+/// Fork latency: from asking the zygote to a child ready for its job (then `1` runs, unmeasured).
+async fn fork_ready(n: usize) -> anyhow::Result<Vec<f64>> {
+    let command = crate::engine::ZygoteCommand {
+        program: std::env::current_exe()?,
+        args: vec!["__zygote".into()],
+    };
+    let zygote = crate::engine::Zygote::start(&command, Limits::default()).await?;
+    let mut samples = Vec::new();
+    for _ in 0..n + 1 {
+        let started = Instant::now();
+        let sandbox = zygote
+            .fork(Arc::new(crate::bridge::NoTools), None, None)
+            .await?;
+        samples.push(ms(started.elapsed()));
+        let o = sandbox.execute(Job::new("1")).await;
+        if let Some(e) = o.error {
+            bail!(
+                "a forked sandbox could not run `1`: {}: {}",
+                e.kind,
+                e.message
+            );
+        }
+    }
+    samples.remove(0);
+    Ok(samples)
+}
+
+async fn back_to_back(kind: &str, n: usize) -> anyhow::Result<Vec<f64>> {
+    let server = ServerChild::start_with(2, kind).await?;
+    for _ in 0..5 {
+        server.execute("print(1)", "1\n").await?;
+    }
+    let mut samples = Vec::new();
+    for _ in 0..n {
+        let started = Instant::now();
+        server.execute("print(1)", "1\n").await?;
+        samples.push(ms(started.elapsed()));
+    }
+    server.stop().await;
+    Ok(samples)
+}
+
+struct Burst {
+    per_second: f64,
+    latencies: Vec<f64>,
+    failures: usize,
+}
+
+/// `calls` executions, `concurrency` at a time; every fourth calls server-everything's get-sum.
+async fn burst(kind: &str, calls: usize, concurrency: usize) -> anyhow::Result<Burst> {
+    use futures::StreamExt;
+    let entry = fixtures_entry();
+    if !entry.is_file() {
+        bail!("no {} (cd tests/fixtures && npm ci)", entry.display());
+    }
+    let config = json!({"servers": {"everything": {"command": "node", "args": [entry]}}});
+    let server = ServerChild::start_full(2, kind, Some(&config)).await?;
+    const TOOL: &str = "print(tools.everything.get_sum(a=1, b=2))";
+    let tool_stdout = server.execute_any(TOOL).await?;
+    server.execute("print(1)", "1\n").await?;
+    let started = Instant::now();
+    let results: Vec<Result<f64, anyhow::Error>> = futures::stream::iter(0..calls)
+        .map(|i| {
+            let (code, expect) = if i % 4 == 3 {
+                (TOOL, tool_stdout.as_str())
+            } else {
+                ("print(1)", "1\n")
+            };
+            let server = &server;
+            async move {
+                let t = Instant::now();
+                server.execute(code, expect).await.map(|_| ms(t.elapsed()))
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    server.stop().await;
+    let failures = results.iter().filter(|r| r.is_err()).count();
+    Ok(Burst {
+        per_second: calls as f64 / elapsed,
+        latencies: results.into_iter().filter_map(Result::ok).collect(),
+        failures,
+    })
+}
+
+/// RSS of an idle `serve --sandbox fork` and of its zygote, in MiB.
+async fn idle_rss_with_zygote() -> anyhow::Result<(f64, f64)> {
+    let server = ServerChild::start_with(0, "fork").await?;
+    server.execute("print(1)", "1\n").await?;
+    server.settle(Duration::from_millis(500)).await?;
+    // The zygote is the child of whichever of the server's threads spawned it.
+    let mut children = String::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", server.pid))?.flatten() {
+        children += &std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.push(' ');
+    }
+    let zygote = children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains("__zygote"))
+                .unwrap_or(false)
+        })
+        .context("no zygote among the server's children")?;
+    let rss = (server.rss_mib()?, rss_mib(zygote)?);
+    server.stop().await;
+    Ok(rss)
 }
 
 /// The peer's deno version, from its npm package.

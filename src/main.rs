@@ -5,12 +5,13 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use mcp_code_mode::bridge::Stream;
 use mcp_code_mode::config::{self, Config};
-use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, Sandbox, SandboxConfig};
+use mcp_code_mode::engine::{Job, Limits, Outcome, SandboxConfig, Sandboxes, ZygoteCommand};
 use mcp_code_mode::hub::Hub;
 use mcp_code_mode::server::ServeOptions;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
@@ -40,6 +41,72 @@ enum Command {
     Bench(BenchArgs),
     /// Run Python scripts in this V8 host and in headless Chromium and compare them byte for byte.
     Parity(mcp_code_mode::parity::ParityArgs),
+    /// The sandbox zygote `serve` and `run` start (internal: its control socket is fd 3).
+    #[command(name = "__zygote", hide = true)]
+    Zygote(ZygoteArgs),
+}
+
+#[derive(Args)]
+struct ZygoteArgs {
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[arg(long = "no-snapshot")]
+    no_snapshot: bool,
+}
+
+/// Where each execution's sandbox runs.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SandboxKind {
+    /// A child process forked from a pre-booted zygote and sealed by the kernel (seccomp, rlimits,
+    /// empty namespaces where allowed): milliseconds per sandbox.
+    Fork,
+    /// A V8 isolate on a thread of this process, restored from the snapshot for each execution
+    /// (for platforms without fork, and for comparison).
+    Thread,
+}
+
+#[derive(Args, Clone, Copy)]
+struct SandboxArg {
+    /// Where each execution runs: `fork` (a sealed child process) or `thread` (in this process).
+    #[arg(long, value_enum, default_value_t = SandboxKind::Fork, value_name = "KIND")]
+    sandbox: SandboxKind,
+}
+
+/// The embedded snapshot, unless the user asked to boot from scratch.
+fn snapshot(no_snapshot: bool) -> Option<&'static [u8]> {
+    if no_snapshot {
+        None
+    } else {
+        mcp_code_mode::assets::snapshot()
+    }
+}
+
+/// The sandboxes `serve` and `run` take from.
+fn sandboxes(
+    kind: SandboxArg,
+    limits: &LimitArgs,
+    no_snapshot: bool,
+    pool_size: usize,
+) -> anyhow::Result<Sandboxes> {
+    Ok(match kind.sandbox {
+        SandboxKind::Thread => {
+            Sandboxes::threads(limits.limits(), snapshot(no_snapshot), pool_size)
+        }
+        SandboxKind::Fork => {
+            let program = std::env::current_exe()
+                .context("cannot find this program to start the sandbox zygote")?;
+            let mut args: Vec<std::ffi::OsString> = vec![
+                "__zygote".into(),
+                format!("--timeout={}", limits.timeout).into(),
+                format!("--memory-mb={}", limits.memory_mb).into(),
+                format!("--max-output={}", limits.max_output).into(),
+            ];
+            if no_snapshot {
+                args.push("--no-snapshot".into());
+            }
+            Sandboxes::forks(ZygoteCommand { program, args }, limits.limits())
+        }
+    })
 }
 
 #[derive(Args)]
@@ -47,8 +114,8 @@ struct BenchArgs {
     /// Fewer samples: a quick look rather than the figures for the README.
     #[arg(long)]
     quick: bool,
-    /// Measure only these rows of the table (1-7), e.g. `--only 2,7`.
-    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=7))]
+    /// Measure only these rows of the table (1-8; 8 is the forked sandbox beside threads), e.g. `--only 2,8`.
+    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=8))]
     only: Vec<u8>,
 }
 
@@ -71,9 +138,11 @@ struct ServeArgs {
     /// Boot Pyodide from scratch instead of restoring the embedded snapshot (slower; for comparison).
     #[arg(long = "no-snapshot")]
     no_snapshot: bool,
-    /// Sandboxes kept booted and ready (each is used once, then discarded).
+    /// With `--sandbox thread`: sandboxes kept booted and ready (each is used once, then discarded).
     #[arg(long = "pool-size", default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=64))]
     pool_size: u16,
+    #[command(flatten)]
+    sandbox: SandboxArg,
 }
 
 #[derive(Args)]
@@ -122,6 +191,8 @@ struct RunArgs {
     config: ConfigArg,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    sandbox: SandboxArg,
 }
 
 fn main() -> ExitCode {
@@ -154,6 +225,13 @@ fn main() -> ExitCode {
             "MCP_CODE_MODE_LOG={spec:?} is not a log filter ({e}); logging warnings only. Examples: info, debug, warn,downstream=info"
         );
     }
+    if let Some(Command::Zygote(args)) = cli.command {
+        // Before any thread exists: the zygote forks itself.
+        mcp_code_mode::engine::zygote::run(mcp_code_mode::engine::zygote::ZygoteOptions {
+            limits: args.limits.limits(),
+            snapshot: snapshot(args.no_snapshot),
+        });
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -164,6 +242,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run(args).await,
             Command::Serve(args) => serve(args).await,
             Command::Parity(args) => mcp_code_mode::parity::main(args).await,
+            Command::Zygote(_) => unreachable!("the zygote ran above"),
             Command::Bench(args) => {
                 mcp_code_mode::bench::run(args.quick, &args.only).await?;
                 Ok(ExitCode::SUCCESS)
@@ -205,12 +284,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(c) => tracing::info!("configuration {}: {} servers", c.path.display(), c.servers.len()),
     }
     let limits = args.limits.limits();
-    let snapshot = if args.no_snapshot {
-        None
-    } else {
-        mcp_code_mode::assets::snapshot()
-    };
-    let pool = Pool::new(limits, snapshot, args.pool_size as usize);
+    let pool = Arc::new(sandboxes(
+        args.sandbox,
+        &args.limits,
+        args.no_snapshot,
+        args.pool_size as usize,
+    )?);
     let hub = Hub::start(config.as_ref());
     let options = ServeOptions {
         limits,
@@ -267,12 +346,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // no tools (or calls them later) does not wait for them.
     let servers = load_config(&args.config)?;
     let hub = servers.as_ref().map(|servers| Hub::start(Some(servers)));
-    let snapshot = if args.no_snapshot {
-        None
-    } else {
-        mcp_code_mode::assets::snapshot()
-    };
-    let mut config = SandboxConfig::new(args.limits.limits(), snapshot);
+    let sandboxes = sandboxes(args.sandbox, &args.limits, args.no_snapshot, 0)?;
+    let mut config = SandboxConfig::new(args.limits.limits(), snapshot(args.no_snapshot));
     config.seed = args.seed;
     if let Some(hub) = &hub {
         config.tools = hub.clone();
@@ -287,7 +362,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             };
         }));
     }
-    let sandbox = Sandbox::new(config).await?;
+    let sandbox = sandboxes.take_for(config).await?;
     let outcome = sandbox
         .execute(Job {
             code,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Python that leaves the isolate's real `globalThis` in `g` (and `obj(**kw)`: a JS object).
-const REAL_GLOBAL: &str = r#"
+pub const REAL_GLOBAL: &str = r#"
 import js, pyodide_js
 from pyodide.ffi import create_proxy, to_js
 _box = []; _d = js.Object.new(); _d.configurable = True

@@ -3,6 +3,7 @@
 mod cli;
 mod downstream;
 mod engine;
+mod fork;
 mod hub;
 mod parity;
 mod sandbox;

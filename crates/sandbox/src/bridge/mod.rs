@@ -38,9 +38,10 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
-pub use output::{LiveOutput, SharedOutput, Stream};
+pub use output::{ForwardOutput, LiveOutput, SharedOutput, Stream};
 pub use tools::{
-    NoTools, ServerCatalog, ToolBridge, ToolCallError, ToolCallRecord, ToolHost, ToolSpec,
+    NoTools, ServerCatalog, ToolBridge, ToolCallError, ToolCallRecord, ToolHost, ToolPort,
+    ToolSpec, Tools,
 };
 
 /// The sandbox's only source of randomness: seeded (`--seed`) or from the OS.
@@ -68,16 +69,20 @@ impl Lifecycle {
         job: oneshot::Receiver<String>,
         outcome: oneshot::Sender<String>,
     ) -> Self {
-        let mut token = [0u8; 16];
-        // Not from `Entropy`: the script's seeded stream must not depend on the token.
-        let _ = getrandom::fill(&mut token);
         Self {
             settings_json: Some(settings_json),
             ready: Some(ready),
             job: Some(job),
             outcome: Some(outcome),
-            report_token: token.iter().map(|b| format!("{b:02x}")).collect(),
+            report_token: Self::fresh_token(),
         }
+    }
+
+    /// Not from `Entropy`: the script's seeded stream must not depend on the token.
+    pub fn fresh_token() -> String {
+        let mut token = [0u8; 16];
+        let _ = getrandom::fill(&mut token);
+        token.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -312,16 +317,14 @@ fn op_sandbox_ready(state: &mut OpState, #[string] error: &str) {
 #[op2]
 #[string]
 async fn op_sandbox_next_job(state: Rc<RefCell<OpState>>) -> Result<String, JsErrorBox> {
-    let (job, token) = {
-        let mut state = state.borrow_mut();
-        let lifecycle = state.borrow_mut::<Lifecycle>();
-        (lifecycle.job.take(), lifecycle.report_token.clone())
-    };
+    let job = state.borrow_mut().borrow_mut::<Lifecycle>().job.take();
     let job =
         job.ok_or_else(|| JsErrorBox::generic("this sandbox has already taken its one job"))?;
     let job = job
         .await
         .map_err(|_| JsErrorBox::generic("the sandbox was discarded before it got a job"))?;
+    // Read once the job is here: a forked child draws its own token after the fork.
+    let token = state.borrow().borrow::<Lifecycle>().report_token.clone();
     Ok(format!(r#"{{"token":"{token}","job":{job}}}"#))
 }
 
@@ -348,7 +351,7 @@ fn op_sandbox_report(
 #[op2]
 #[string]
 fn op_tools_catalog(state: &mut OpState) -> String {
-    state.borrow::<ToolBridge>().catalog_index()
+    state.borrow::<Tools>().0.catalog_index()
 }
 
 /// One server's tools, in the version `op_tools_catalog` last read: read when the script first
@@ -356,7 +359,7 @@ fn op_tools_catalog(state: &mut OpState) -> String {
 #[op2]
 #[string]
 fn op_tools_server_catalog(state: &mut OpState, #[buffer] server: &[u8]) -> String {
-    state.borrow::<ToolBridge>().server_tools(server)
+    state.borrow::<Tools>().0.server_tools(server)
 }
 
 /// Waits until a server that was starting when the job began is up (or failed), bounded by the
@@ -365,8 +368,8 @@ fn op_tools_server_catalog(state: &mut OpState, #[buffer] server: &[u8]) -> Stri
 #[op2]
 #[string]
 async fn op_tools_server_ready(state: Rc<RefCell<OpState>>, #[buffer] server: JsBuffer) -> String {
-    let bridge = state.borrow().borrow::<ToolBridge>().clone();
-    bridge.wait_ready(&server).await
+    let port = state.borrow().borrow::<Tools>().0.clone();
+    port.wait_ready(server).await
 }
 
 #[op2]
@@ -377,16 +380,14 @@ async fn op_tools_call(
     #[buffer] tool: JsBuffer,
     #[buffer] arguments_json: JsBuffer,
 ) -> String {
-    let (bridge, budget) = {
+    let (port, budget) = {
         let state = state.borrow();
         (
-            state.borrow::<ToolBridge>().clone(),
+            state.borrow::<Tools>().0.clone(),
             state.borrow::<Memory>().0.clone(),
         )
     };
-    bridge
-        .call_envelope(&server, &tool, &arguments_json, &budget)
-        .await
+    port.call(server, tool, arguments_json, budget).await
 }
 
 /// The snapshot to restore, handed out once (a 31 MB copy).

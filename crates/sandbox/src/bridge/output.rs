@@ -15,6 +15,10 @@ pub enum Stream {
 /// Receives kept bytes as they are written (the CLI streams them to its own stdout/stderr).
 pub type LiveOutput = Box<dyn Fn(Stream, &[u8]) + Send + Sync>;
 
+/// Receives every write after the cap: the bytes kept and how many were dropped (a forked child
+/// sends both to its parent, which keeps the output even if the child is then killed).
+pub type ForwardOutput = Box<dyn Fn(Stream, &[u8], u64) + Send + Sync>;
+
 #[derive(Default)]
 struct Kept {
     bytes: Vec<u8>,
@@ -26,6 +30,7 @@ pub struct OutputSink {
     stdout: Kept,
     stderr: Kept,
     live: Option<LiveOutput>,
+    forward: Option<ForwardOutput>,
 }
 
 #[derive(Clone)]
@@ -47,10 +52,22 @@ impl SharedOutput {
             stdout: Kept::default(),
             stderr: Kept::default(),
             live,
+            forward: None,
         })))
     }
 
+    /// From now on, every write is also handed to `forward` (see [`ForwardOutput`]).
+    pub fn set_forward(&self, forward: ForwardOutput) {
+        self.0.lock().forward = Some(forward);
+    }
+
     pub fn write(&self, stream: Stream, bytes: &[u8]) {
+        self.write_counted(stream, bytes, 0);
+    }
+
+    /// Writes `bytes` through the cap and counts `dropped` more bytes that were already dropped
+    /// elsewhere (by a forked child's own cap).
+    pub fn write_counted(&self, stream: Stream, bytes: &[u8], dropped: u64) {
         let mut sink = self.0.lock();
         let max = sink.max_bytes;
         let kept = match stream {
@@ -60,9 +77,12 @@ impl SharedOutput {
         let room = max.saturating_sub(kept.bytes.len());
         let (keep, drop) = bytes.split_at(bytes.len().min(room));
         kept.bytes.extend_from_slice(keep);
-        kept.dropped += drop.len() as u64;
+        kept.dropped += drop.len() as u64 + dropped;
         if let (Some(live), false) = (&sink.live, keep.is_empty()) {
             live(stream, keep);
+        }
+        if let Some(forward) = &sink.forward {
+            forward(stream, keep, drop.len() as u64);
         }
     }
 

@@ -6,7 +6,7 @@
 
 use super::memory::MemoryBudget;
 use super::view::PythonView;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, LocalBoxFuture};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
@@ -218,9 +218,7 @@ impl ToolBridge {
         let started = Instant::now();
         let (server, tool) = match (name(server, "server"), name(tool, "tool")) {
             (Ok(server), Ok(tool)) => (server, tool),
-            (Err(e), _) | (_, Err(e)) => {
-                return serde_json::json!({"ok": false, "error": e.0}).to_string()
-            }
+            (Err(e), _) | (_, Err(e)) => return error_envelope(&e.0),
         };
         let result = self.call(&server, &tool, arguments_json, budget).await;
         let record = ToolCallRecord {
@@ -246,11 +244,7 @@ impl ToolBridge {
     ) -> Result<Value, ToolCallError> {
         self.take_call_slot()?;
         if arguments_json.len() > MAX_ARGUMENTS_BYTES {
-            return Err(ToolCallError(format!(
-                "the arguments of {server}.{tool} are {} bytes of JSON, more than the {} MiB one call may send",
-                arguments_json.len(),
-                MAX_ARGUMENTS_BYTES >> 20
-            )));
+            return Err(arguments_too_large(server, tool, arguments_json.len()));
         }
         let _held = budget
             .reserve(arguments_json.len().saturating_mul(PARSED_ARGUMENTS_FACTOR))
@@ -273,9 +267,100 @@ impl ToolBridge {
     }
 }
 
+/// What the tool ops talk to: a [`ToolBridge`] in the same process, or (in a forked sandbox) a
+/// port that carries the same four requests, as the script's bytes, to the bridge in the parent.
+/// Every argument arrives unchecked, exactly as the script sent it.
+pub trait ToolPort {
+    /// The catalogue index the job reads (see [`ToolBridge::catalog_index`]).
+    fn catalog_index(&self) -> String;
+    /// One server's tools as JSON (see [`ToolBridge::server_tools`]).
+    fn server_tools(&self, server: &[u8]) -> String;
+    /// "" once `server` runs, else why not (see [`ToolBridge::wait_ready`]).
+    fn wait_ready(&self, server: deno_core::JsBuffer) -> LocalBoxFuture<'static, String>;
+    /// The envelope of one call (see [`ToolBridge::call_envelope`]).
+    fn call(
+        &self,
+        server: deno_core::JsBuffer,
+        tool: deno_core::JsBuffer,
+        arguments_json: deno_core::JsBuffer,
+        budget: Arc<MemoryBudget>,
+    ) -> LocalBoxFuture<'static, String>;
+}
+
+impl ToolPort for ToolBridge {
+    fn catalog_index(&self) -> String {
+        ToolBridge::catalog_index(self)
+    }
+    fn server_tools(&self, server: &[u8]) -> String {
+        ToolBridge::server_tools(self, server)
+    }
+    fn wait_ready(&self, server: deno_core::JsBuffer) -> LocalBoxFuture<'static, String> {
+        let bridge = self.clone();
+        Box::pin(async move { ToolBridge::wait_ready(&bridge, &server).await })
+    }
+    fn call(
+        &self,
+        server: deno_core::JsBuffer,
+        tool: deno_core::JsBuffer,
+        arguments_json: deno_core::JsBuffer,
+        budget: Arc<MemoryBudget>,
+    ) -> LocalBoxFuture<'static, String> {
+        let bridge = self.clone();
+        Box::pin(async move {
+            bridge
+                .call_envelope(&server, &tool, &arguments_json, &budget)
+                .await
+        })
+    }
+}
+
+/// The port the sandbox's tool ops use (an `OpState` slot): swapped for a remote one in a
+/// forked child.
+pub struct Tools(pub std::rc::Rc<dyn ToolPort>);
+
 /// The longest server or tool name a script may send, in bytes of UTF-8. Longer names exist in
 /// no catalogue (see hub::wire), so they are refused before they are copied.
 pub const MAX_NAME_BYTES: usize = 4096;
+
+fn error_envelope(message: &str) -> String {
+    serde_json::json!({"ok": false, "error": message}).to_string()
+}
+
+fn arguments_too_large(server: &str, tool: &str, len: usize) -> ToolCallError {
+    ToolCallError(format!(
+        "the arguments of {server}.{tool} are {len} bytes of JSON, more than the {} MiB one call may send",
+        MAX_ARGUMENTS_BYTES >> 20
+    ))
+}
+
+/// Whether `bytes` would pass as a name (see [`name`]), without copying them.
+pub fn check_name(bytes: &[u8], what: &str) -> Result<(), ToolCallError> {
+    if bytes.len() > MAX_NAME_BYTES {
+        return name(bytes, what).map(drop); // refused on its length, before any copy
+    }
+    std::str::from_utf8(bytes)
+        .map(drop)
+        .map_err(|_| ToolCallError(format!("the {what} name is not valid UTF-8")))
+}
+
+/// What a forked child refuses before it copies a call into a frame: the same refusals, in the
+/// same words, as [`ToolBridge::call_envelope`] (the parent's bridge checks everything again).
+/// `Err` is the envelope to return.
+pub fn precheck_call(server: &[u8], tool: &[u8], arguments_json: &[u8]) -> Result<(), String> {
+    check_name(server, "server")
+        .and(check_name(tool, "tool"))
+        .map_err(|e| error_envelope(&e.0))?;
+    if arguments_json.len() > MAX_ARGUMENTS_BYTES {
+        let (server, tool) = (
+            String::from_utf8_lossy(server),
+            String::from_utf8_lossy(tool),
+        );
+        return Err(error_envelope(
+            &arguments_too_large(&server, &tool, arguments_json.len()).0,
+        ));
+    }
+    Ok(())
+}
 
 /// A server or tool name as the script sent it: UTF-8 of at most [`MAX_NAME_BYTES`].
 fn name(bytes: &[u8], what: &str) -> Result<String, ToolCallError> {

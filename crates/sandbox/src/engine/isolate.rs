@@ -2,7 +2,7 @@
 //! main_deno.js imports, all served from memory.
 
 use super::memory::{self, MemoryShares};
-use super::{EngineError, Fate, Sandbox, SandboxConfig};
+use super::{EngineError, Fate, Limits, Sandbox, SandboxConfig, ThreadSandbox};
 use crate::assets;
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{
@@ -38,24 +38,35 @@ pub fn init_v8() {
     });
 }
 
-/// Starts a sandbox thread and waits until Pyodide is ready. With `make_snapshot`, the thread
-/// instead sends a memory snapshot of the booted Pyodide and ends.
-pub(super) async fn spawn(
+/// What a sandbox is made of before its isolate exists: the handle's half ([`Parts`]) and the
+/// state its isolate's ops get ([`SandboxState`]).
+pub(super) struct Prepared {
+    pub parts: Parts,
+    pub state: SandboxState,
+    pub ready_rx: oneshot::Receiver<Result<(), String>>,
+}
+
+/// The handle's half of a sandbox: how it hands over the job and learns what happened.
+pub(super) struct Parts {
+    pub limits: Limits,
+    pub job_tx: oneshot::Sender<String>,
+    pub outcome_rx: oneshot::Receiver<String>,
+    pub output: SharedOutput,
+    pub tools: ToolBridge,
+    pub fate: Arc<Fate>,
+    pub budget: Arc<MemoryBudget>,
+}
+
+pub(super) fn prepare(
     config: SandboxConfig,
     make_snapshot: Option<oneshot::Sender<Vec<u8>>>,
-) -> Result<Sandbox, EngineError> {
-    init_v8();
+) -> Result<Prepared, EngineError> {
     let limits = config.limits;
     let output = SharedOutput::new(limits.max_output, config.live_output);
     let tools = ToolBridge::new(config.tools);
-    let bridge = tools.clone();
-    let fate = Arc::new(Fate::default());
     let (ready_tx, ready_rx) = oneshot::channel();
     let (job_tx, job_rx) = oneshot::channel();
     let (outcome_tx, outcome_rx) = oneshot::channel();
-    let (stop_tx, stop_rx) = oneshot::channel();
-    let (handle_tx, handle_rx) = oneshot::channel();
-
     let entropy = super::entropy_source(config.seed)?;
     let mut settings = super::boot_settings(
         &limits,
@@ -64,57 +75,89 @@ pub(super) async fn spawn(
         make_snapshot.is_some(),
     );
     settings["warmUp"] = config.warm_up.into();
-    let settings_json = settings.to_string();
-    let lifecycle = Lifecycle::new(settings_json, ready_tx, job_rx, outcome_tx);
-
-    let snapshot = config.snapshot;
-    let thread_output = output.clone();
-    let thread_fate = fate.clone();
+    let lifecycle = Lifecycle::new(settings.to_string(), ready_tx, job_rx, outcome_tx);
     let shares = MemoryShares::of(limits.memory_mb);
     let budget = MemoryBudget::new(shares.counted);
-    let thread_budget = budget.clone();
+    Ok(Prepared {
+        state: SandboxState {
+            snapshot: SnapshotIo {
+                restore: config.snapshot,
+                made: make_snapshot,
+            },
+            lifecycle,
+            output: output.clone(),
+            tools: tools.clone(),
+            entropy,
+            js_heap: shares.js_heap,
+            budget: budget.clone(),
+        },
+        parts: Parts {
+            limits,
+            job_tx,
+            outcome_rx,
+            output,
+            tools,
+            fate: Arc::new(Fate::default()),
+            budget,
+        },
+        ready_rx,
+    })
+}
+
+/// Starts a sandbox thread and waits until Pyodide is ready. With `make_snapshot`, the thread
+/// instead sends a memory snapshot of the booted Pyodide and ends.
+pub(super) async fn spawn(
+    config: SandboxConfig,
+    make_snapshot: Option<oneshot::Sender<Vec<u8>>>,
+) -> Result<Sandbox, EngineError> {
+    init_v8();
+    let Prepared {
+        parts,
+        state,
+        ready_rx,
+    } = prepare(config, make_snapshot)?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let (handle_tx, handle_rx) = oneshot::channel();
+    let thread_fate = parts.fate.clone();
     std::thread::Builder::new()
         .name("sandbox".into())
         .spawn(move || {
-            let state = SandboxState {
-                snapshot: SnapshotIo {
-                    restore: snapshot,
-                    made: make_snapshot,
-                },
-                lifecycle,
-                output: thread_output,
-                tools,
-                entropy,
-                js_heap: shares.js_heap,
-                budget: thread_budget,
-            };
             let result = run_thread(state, handle_tx, stop_rx, thread_fate.clone());
             thread_fate.finish(result.err());
         })
         .map_err(|e| EngineError::Boot(format!("cannot start a sandbox thread: {e}")))?;
 
+    let fate = parts.fate.clone();
     let isolate = handle_rx.await.map_err(|_| {
         EngineError::Boot(exit_reason(
             &fate,
             "the sandbox thread ended before creating V8",
         ))
     })?;
-    let sandbox = Sandbox {
-        limits,
-        job_tx: Some(job_tx),
-        outcome_rx: Some(outcome_rx),
+    let sandbox = Sandbox::Thread(ThreadSandbox {
+        limits: parts.limits,
+        job_tx: Some(parts.job_tx),
+        outcome_rx: Some(parts.outcome_rx),
         isolate,
         stop_tx: Some(stop_tx),
-        output,
-        tools: bridge,
-        fate: fate.clone(),
-        budget,
-    };
+        output: parts.output,
+        tools: parts.tools,
+        fate: parts.fate,
+        budget: parts.budget,
+    });
+    wait_ready(ready_rx, &fate).await.map(|()| sandbox)
+}
+
+/// Waits until the sandbox's JS says Pyodide is up (or why it is not).
+pub(super) async fn wait_ready(
+    ready_rx: oneshot::Receiver<Result<(), String>>,
+    fate: &Fate,
+) -> Result<(), EngineError> {
     match tokio::time::timeout(BOOT_TIMEOUT, ready_rx).await {
-        Ok(Ok(Ok(()))) => Ok(sandbox),
+        Ok(Ok(Ok(()))) => Ok(()),
         Ok(Ok(Err(message))) => Err(EngineError::Boot(message)),
         Ok(Err(_)) => Err(EngineError::Boot(exit_reason(
-            &fate,
+            fate,
             "the sandbox ended while booting",
         ))),
         Err(_) => Err(EngineError::Boot(format!(
@@ -131,7 +174,7 @@ fn exit_reason(fate: &Fate, fallback: &str) -> String {
         .unwrap_or_else(|| fallback.to_owned())
 }
 
-struct SandboxState {
+pub(super) struct SandboxState {
     snapshot: SnapshotIo,
     lifecycle: Lifecycle,
     output: SharedOutput,
@@ -141,18 +184,9 @@ struct SandboxState {
     budget: Arc<MemoryBudget>,
 }
 
-fn run_thread(
-    state: SandboxState,
-    handle_tx: oneshot::Sender<v8::IsolateHandle>,
-    stop_rx: oneshot::Receiver<()>,
-    fate: Arc<Fate>,
-) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the sandbox's tokio runtime: {e}"))?;
-    // V8 posts delayed tasks through tokio: the runtime must exist when the isolate is created.
-    let _guard = rt.enter();
+/// Creates the sandbox's isolate with its limits and ops, and loads nothing yet. The calling
+/// thread must be inside a tokio runtime: V8 posts delayed tasks through it.
+pub(super) fn create_runtime(state: SandboxState, fate: &Arc<Fate>) -> JsRuntime {
     let mut js = JsRuntime::new(RuntimeOptions {
         module_loader: Some(Rc::new(EmbeddedModules)),
         extensions: vec![bridge::codemode_bridge::init()],
@@ -170,13 +204,12 @@ fn run_thread(
         op_state.put(state.lifecycle);
         op_state.put(state.snapshot);
         op_state.put(state.output);
-        op_state.put(state.tools);
+        op_state.put(bridge::Tools(Rc::new(state.tools)));
         op_state.put(Entropy(state.entropy));
         op_state.put(Clock(Instant::now()));
         op_state.put(Memory(state.budget));
     }
-    let handle = js.v8_isolate().thread_safe_handle();
-    let heap_handle = handle.clone();
+    let heap_handle = js.v8_isolate().thread_safe_handle();
     let heap_fate = fate.clone();
     js.add_near_heap_limit_callback(move |current, _initial| {
         // Stop the script instead of letting V8 abort the process: grant room for the allocation
@@ -187,21 +220,75 @@ fn run_thread(
         heap_handle.terminate_execution();
         current.saturating_add(LARGEST_V8_ALLOCATION)
     });
-    if handle_tx.send(handle).is_err() {
+    js
+}
+
+/// Starts evaluating main_deno.js; the returned future resolves when the module has finished
+/// (after its one job), as the event loop drives it.
+pub(super) async fn load_main(
+    js: &mut JsRuntime,
+) -> Result<impl std::future::Future<Output = Result<(), String>>, String> {
+    let main = ModuleSpecifier::parse(MAIN_MODULE).expect("valid specifier");
+    let id = js
+        .load_main_es_module(&main)
+        .await
+        .map_err(|e| e.to_string())?;
+    let evaluated = js.mod_evaluate(id);
+    Ok(async move { evaluated.await.map_err(|e| e.to_string()) })
+}
+
+/// One turn of the event loop. With `platform` (a forked sandbox's single-threaded V8 platform,
+/// whose foreground tasks nobody else runs), its tasks run too, those the turn posted included.
+pub(super) fn poll_js(
+    js: &mut JsRuntime,
+    platform: Option<&v8::SharedRef<v8::Platform>>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<Result<(), String>> {
+    let pump = |js: &mut JsRuntime| {
+        let mut ran = false;
+        if let Some(platform) = platform {
+            while v8::Platform::pump_message_loop(platform, js.v8_isolate(), false) {
+                ran = true;
+            }
+        }
+        ran
+    };
+    pump(js);
+    let polled = js
+        .poll_event_loop(cx, Default::default())
+        .map_err(|e| e.to_string());
+    if pump(js) {
+        cx.waker().wake_by_ref();
+        if polled.is_ready() {
+            return std::task::Poll::Pending;
+        }
+    }
+    polled
+}
+
+fn run_thread(
+    state: SandboxState,
+    handle_tx: oneshot::Sender<v8::IsolateHandle>,
+    stop_rx: oneshot::Receiver<()>,
+    fate: Arc<Fate>,
+) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the sandbox's tokio runtime: {e}"))?;
+    let _guard = rt.enter();
+    let mut js = create_runtime(state, &fate);
+    if handle_tx
+        .send(js.v8_isolate().thread_safe_handle())
+        .is_err()
+    {
         return Ok(()); // the handle was dropped: nobody wants this sandbox any more
     }
     rt.block_on(async move {
-        let main = ModuleSpecifier::parse(MAIN_MODULE).expect("valid specifier");
         let run = async {
-            let id = js
-                .load_main_es_module(&main)
-                .await
-                .map_err(|e| e.to_string())?;
-            let evaluated = js.mod_evaluate(id);
-            js.run_event_loop(Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            evaluated.await.map_err(|e| e.to_string())
+            let evaluated = load_main(&mut js).await?;
+            std::future::poll_fn(|cx| poll_js(&mut js, None, cx)).await?;
+            evaluated.await
         };
         tokio::select! {
             result = run => result,

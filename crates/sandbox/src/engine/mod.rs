@@ -11,10 +11,12 @@
 mod isolate;
 mod memory;
 pub mod pool;
+pub mod zygote;
 
 pub use isolate::init_v8;
 pub use memory::MemoryShares;
-pub use pool::Pool;
+pub use pool::{Pool, Sandboxes};
+pub use zygote::{ForkedSandbox, Zygote, ZygoteCommand};
 
 use crate::bridge::output::LiveOutput;
 use crate::bridge::{SharedOutput, ToolBridge, ToolCallRecord, ToolHost};
@@ -228,7 +230,39 @@ impl Fate {
     }
 }
 
-pub struct Sandbox {
+/// One sandbox, ready for its one job: an isolate on a thread of this process, or a sealed child
+/// process forked from the zygote (see [`zygote`]). Both end the same way, in an [`Outcome`].
+pub enum Sandbox {
+    Thread(ThreadSandbox),
+    Forked(zygote::ForkedSandbox),
+}
+
+impl Sandbox {
+    /// Starts a sandbox thread and waits until Pyodide is ready for a job.
+    pub async fn new(config: SandboxConfig) -> Result<Sandbox, EngineError> {
+        isolate::spawn(config, None).await
+    }
+
+    /// Hands the script this tool host instead of the one the sandbox was created with.
+    pub fn set_tools(&self, tools: Arc<dyn ToolHost>) {
+        match self {
+            Sandbox::Thread(s) => s.tools.set_host(tools),
+            Sandbox::Forked(s) => s.set_tools(tools),
+        }
+    }
+
+    /// Runs one script. Never fails: every problem, ours or the script's, becomes the outcome's
+    /// `error`, with whatever the script printed before it.
+    pub async fn execute(self, job: Job) -> Outcome {
+        match self {
+            Sandbox::Thread(s) => s.execute(job).await,
+            Sandbox::Forked(s) => s.execute(job).await,
+        }
+    }
+}
+
+/// A sandbox whose isolate runs on a thread of this process.
+pub struct ThreadSandbox {
     limits: Limits,
     job_tx: Option<oneshot::Sender<String>>,
     outcome_rx: Option<oneshot::Receiver<String>>,
@@ -240,20 +274,8 @@ pub struct Sandbox {
     budget: Arc<crate::bridge::memory::MemoryBudget>,
 }
 
-impl Sandbox {
-    /// Starts a sandbox thread and waits until Pyodide is ready for a job.
-    pub async fn new(config: SandboxConfig) -> Result<Sandbox, EngineError> {
-        isolate::spawn(config, None).await
-    }
-
-    /// Hands the script this tool host instead of the one the sandbox was created with.
-    pub fn set_tools(&self, tools: Arc<dyn ToolHost>) {
-        self.tools.set_host(tools);
-    }
-
-    /// Runs one script. Never fails: every problem, ours or the script's, becomes the outcome's
-    /// `error`, with whatever the script printed before it.
-    pub async fn execute(mut self, job: Job) -> Outcome {
+impl ThreadSandbox {
+    async fn execute(mut self, job: Job) -> Outcome {
         let started = Instant::now();
         let timeout = job.timeout.unwrap_or(self.limits.timeout);
         let job_json = serde_json::to_string(&job).expect("a job serializes");
@@ -266,85 +288,33 @@ impl Sandbox {
         let report = if !sent {
             Err(self.died().await)
         } else {
-            let waited = tokio::time::timeout(timeout, outcome_rx).await;
-            match waited {
-                Ok(Ok(json)) => {
-                    serde_json::from_str::<ScriptReport>(&json).map_err(|e| ErrorInfo {
-                        kind: "RuntimeError".into(),
-                        message: format!("mcp-code-mode: unreadable report from the sandbox: {e}"),
-                        traceback: String::new(),
-                    })
-                }
+            match tokio::time::timeout(timeout, outcome_rx).await {
+                Ok(Ok(json)) => read_report(&json),
                 Ok(Err(_)) => Err(self.died().await),
-                Err(_) => Err(ErrorInfo {
-                    kind: "TimeoutError".into(),
-                    message: format!(
-                        "the script ran longer than its {} limit and was stopped",
-                        human_duration(timeout)
-                    ),
-                    traceback: String::new(),
-                }),
+                Err(_) => Err(timeout_error(timeout)),
             }
         };
         self.stop();
-        let captured = self.output.captured();
         let tool_calls = std::mem::take(&mut *self.tools.calls.lock());
-        let (result, error, exit_code) = match report {
-            Ok(r) => {
-                let code = if r.error.is_some() && r.exit_code == 0 {
-                    1
-                } else {
-                    r.exit_code
-                };
-                (r.result, r.error, code)
-            }
-            Err(e) => (Value::Null, Some(e), 1),
-        };
-        let result = cap_result(result, self.limits.max_output);
-        Outcome {
-            stdout: captured.stdout,
-            stderr: captured.stderr,
-            result,
-            error,
-            duration_ms: crate::bridge::tools::round_ms(started.elapsed()),
+        shape_outcome(
+            report,
+            self.output.captured(),
             tool_calls,
-            exit_code,
-        }
+            self.limits.max_output,
+            started,
+        )
     }
 
     /// The error for a sandbox that ended without reporting.
     async fn died(&self) -> ErrorInfo {
-        if self.fate.heap_exhausted.load(Ordering::SeqCst) && self.budget.was_exhausted() {
-            return ErrorInfo {
-                kind: "MemoryError".into(),
-                message: format!(
-                    "the script used up the sandbox's memory ({} MiB, --memory-mb) and was stopped",
-                    self.limits.memory_mb
-                ),
-                traceback: String::new(),
-            };
-        }
-        if self.fate.heap_exhausted.load(Ordering::SeqCst) {
-            let shares = MemoryShares::of(self.limits.memory_mb);
-            return ErrorInfo {
-                kind: "MemoryError".into(),
-                message: format!(
-                    "the script exhausted the sandbox's JavaScript heap ({} MiB of its {} MiB, --memory-mb) and was stopped",
-                    shares.js_heap >> 20,
-                    self.limits.memory_mb
-                ),
-                traceback: String::new(),
-            };
-        }
-        let reason = self.fate.reason().await;
-        ErrorInfo {
-            kind: "RuntimeError".into(),
-            message: format!(
-                "the sandbox ended without finishing the script: {}",
-                reason.unwrap_or_else(|| "no reason given".into())
-            ),
-            traceback: String::new(),
-        }
+        let heap = self.fate.heap_exhausted.load(Ordering::SeqCst);
+        let reason = if heap { None } else { self.fate.reason().await };
+        died_error(
+            heap,
+            self.budget.was_exhausted(),
+            self.limits.memory_mb,
+            reason,
+        )
     }
 
     /// Ends the isolate wherever it is: in JS/wasm (terminate) or waiting in the event loop (stop).
@@ -356,9 +326,93 @@ impl Sandbox {
     }
 }
 
-impl Drop for Sandbox {
+impl Drop for ThreadSandbox {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The runner's report, or the error that stands for an unreadable one.
+fn read_report(json: &str) -> Result<ScriptReport, ErrorInfo> {
+    serde_json::from_str::<ScriptReport>(json).map_err(|e| ErrorInfo {
+        kind: "RuntimeError".into(),
+        message: format!("mcp-code-mode: unreadable report from the sandbox: {e}"),
+        traceback: String::new(),
+    })
+}
+
+fn timeout_error(timeout: Duration) -> ErrorInfo {
+    ErrorInfo {
+        kind: "TimeoutError".into(),
+        message: format!(
+            "the script ran longer than its {} limit and was stopped",
+            human_duration(timeout)
+        ),
+        traceback: String::new(),
+    }
+}
+
+/// The error for a sandbox that ended without reporting: a limit it hit, or why it ended.
+fn died_error(
+    heap_exhausted: bool,
+    budget_exhausted: bool,
+    memory_mb: u64,
+    reason: Option<String>,
+) -> ErrorInfo {
+    let message = if heap_exhausted && budget_exhausted {
+        format!(
+            "the script used up the sandbox's memory ({memory_mb} MiB, --memory-mb) and was stopped"
+        )
+    } else if heap_exhausted {
+        let shares = MemoryShares::of(memory_mb);
+        format!(
+            "the script exhausted the sandbox's JavaScript heap ({} MiB of its {memory_mb} MiB, --memory-mb) and was stopped",
+            shares.js_heap >> 20,
+        )
+    } else {
+        return ErrorInfo {
+            kind: "RuntimeError".into(),
+            message: format!(
+                "the sandbox ended without finishing the script: {}",
+                reason.unwrap_or_else(|| "no reason given".into())
+            ),
+            traceback: String::new(),
+        };
+    };
+    ErrorInfo {
+        kind: "MemoryError".into(),
+        message,
+        traceback: String::new(),
+    }
+}
+
+/// The outcome both kinds of sandbox return, from the report (or the error standing for it).
+fn shape_outcome(
+    report: Result<ScriptReport, ErrorInfo>,
+    captured: crate::bridge::output::CapturedOutput,
+    tool_calls: Vec<ToolCallRecord>,
+    max_output: usize,
+    started: Instant,
+) -> Outcome {
+    let (result, error, exit_code) = match report {
+        Ok(r) => {
+            let code = if r.error.is_some() && r.exit_code == 0 {
+                1
+            } else {
+                r.exit_code
+            };
+            (r.result, r.error, code)
+        }
+        Err(e) => (Value::Null, Some(e), 1),
+    };
+    Outcome {
+        stdout: captured.stdout,
+        stderr: captured.stderr,
+        result: cap_result(result, max_output),
+        error,
+        duration_ms: crate::bridge::tools::round_ms(started.elapsed()),
+        tool_calls,
+        exit_code,
     }
 }
 

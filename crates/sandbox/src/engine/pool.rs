@@ -110,3 +110,94 @@ async fn refill(pool: std::sync::Weak<Pool>) {
         }
     }
 }
+
+/// Where sandboxes come from: threads of this process (a [`Pool`]), or forks of a zygote process
+/// (see [`super::zygote`]), the default in the product.
+pub enum Sandboxes {
+    Threads(Arc<Pool>),
+    Forks {
+        command: super::ZygoteCommand,
+        limits: Limits,
+        /// Started in the background at once; restarted on demand if it exits.
+        zygote: Arc<tokio::sync::Mutex<Option<Arc<super::Zygote>>>>,
+    },
+}
+
+impl Sandboxes {
+    /// Sandboxes on threads, `size` kept booted ahead of demand.
+    pub fn threads(limits: Limits, snapshot: Option<&'static [u8]>, size: usize) -> Self {
+        Sandboxes::Threads(Pool::new(limits, snapshot, size))
+    }
+
+    /// Sandboxes forked from a zygote started with `command` (which boots the snapshot); it
+    /// starts now, in the background. Call from a tokio runtime.
+    pub fn forks(command: super::ZygoteCommand, limits: Limits) -> Self {
+        let zygote = Arc::new(tokio::sync::Mutex::new(None));
+        let starting = zygote.clone();
+        let start = command.clone();
+        tokio::spawn(async move {
+            let mut slot = starting.lock().await;
+            if slot.is_none() {
+                match super::Zygote::start(&start, limits).await {
+                    Ok(z) => *slot = Some(z),
+                    Err(e) => tracing::error!("{e}"),
+                }
+            }
+        });
+        Sandboxes::Forks {
+            command,
+            limits,
+            zygote,
+        }
+    }
+
+    /// A ready sandbox serving `tools`.
+    pub async fn take(&self, tools: Arc<dyn ToolHost>) -> Result<Sandbox, EngineError> {
+        match self {
+            Sandboxes::Threads(pool) => pool.take(tools).await,
+            Sandboxes::Forks { .. } => self.fork(tools, None, None).await,
+        }
+    }
+
+    /// A sandbox for `config` (its seed and live output; a thread sandbox boots for it).
+    pub async fn take_for(&self, config: SandboxConfig) -> Result<Sandbox, EngineError> {
+        match self {
+            Sandboxes::Threads(_) => Sandbox::new(config).await,
+            Sandboxes::Forks { .. } => {
+                self.fork(config.tools, config.seed, config.live_output)
+                    .await
+            }
+        }
+    }
+
+    async fn fork(
+        &self,
+        tools: Arc<dyn ToolHost>,
+        seed: Option<u64>,
+        live: Option<crate::bridge::LiveOutput>,
+    ) -> Result<Sandbox, EngineError> {
+        let Sandboxes::Forks {
+            command,
+            limits,
+            zygote,
+        } = self
+        else {
+            unreachable!("fork is only called for forks");
+        };
+        let current = {
+            let mut slot = zygote.lock().await;
+            match &*slot {
+                Some(z) if z.is_alive() => z.clone(),
+                _ => {
+                    if slot.is_some() {
+                        tracing::warn!("the sandbox zygote exited; starting a new one");
+                    }
+                    let z = super::Zygote::start(command, *limits).await?;
+                    *slot = Some(z.clone());
+                    z
+                }
+            }
+        };
+        Ok(Sandbox::Forked(current.fork(tools, seed, live).await?))
+    }
+}

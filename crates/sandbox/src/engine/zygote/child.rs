@@ -1,0 +1,339 @@
+//! A forked sandbox's life: seal itself, take its one job from the parent, run it, report, exit.
+//!
+//! The child starts as a copy of the zygote's ready sandbox. It closes everything but its two
+//! sockets, makes its own tokio runtime (the zygote's is never touched again), draws its own
+//! entropy and report token, and seals itself (see `seal.rs`) before the job arrives. Tool ops
+//! reach the parent's `ToolBridge` through [`RemotePort`]: the bytes the script sent, unparsed.
+
+use super::{frames, seal};
+use crate::bridge::memory::MemoryBudget;
+use crate::bridge::{Clock, Entropy, Lifecycle, SharedOutput, Stream, ToolPort, Tools};
+use crate::engine::isolate::{self, Parts};
+use deno_core::{v8, JsBuffer, JsRuntime};
+use futures::future::LocalBoxFuture;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// The zygote's ready sandbox, which each child inherits.
+pub struct Booted {
+    pub js: JsRuntime,
+    pub parts: Parts,
+    pub evaluated: Pin<Box<dyn std::future::Future<Output = Result<(), String>>>>,
+    pub platform: v8::SharedRef<v8::Platform>,
+}
+
+pub struct Start<'a> {
+    pub booted: Booted,
+    /// The zygote's runtime (time only, no descriptors), which the child goes on driving.
+    pub rt: &'a tokio::runtime::Runtime,
+    pub events: RawFd,
+    pub sync: RawFd,
+    pub devnull: RawFd,
+    pub zygote: libc::pid_t,
+    pub data_limit: u64,
+}
+
+/// The most a parent frame may hold (a tool's envelope, the catalogue of one server).
+const MAX_PARENT_FRAME: usize = 64 << 20;
+
+/// The first frame: the job and its randomness.
+#[derive(serde::Deserialize)]
+struct JobFrame {
+    job: serde_json::Value,
+    seed: Option<u64>,
+}
+
+pub fn run(start: Start<'_>) -> ! {
+    let code = match life(start) {
+        Ok(()) => 0,
+        Err(e) => {
+            // Tell the parent why, if the socket is still there (best effort, blocking).
+            let died = serde_json::json!({"reason": format!("the sandbox process failed: {e}")});
+            let f = frame(frames::DIED, died.to_string().as_bytes());
+            // SAFETY: writes our own buffer to our own descriptor.
+            unsafe {
+                libc::write(seal::EVENTS_FD, f.as_ptr().cast(), f.len());
+                // Unread input would turn our close into a reset that discards what we wrote.
+                let mut sink = [0u8; 4096];
+                while libc::recv(
+                    seal::EVENTS_FD,
+                    sink.as_mut_ptr().cast(),
+                    sink.len(),
+                    libc::MSG_DONTWAIT,
+                ) > 0
+                {}
+            }
+            70
+        }
+    };
+    // SAFETY: ends this process without running the zygote's destructors (its V8, its runtime).
+    unsafe { libc::_exit(code) }
+}
+
+fn life(start: Start) -> Result<(), String> {
+    let Start {
+        booted,
+        rt,
+        events,
+        sync,
+        devnull,
+        zygote,
+        data_limit,
+    } = start;
+    // SAFETY: restores the default signal mask the zygote changed for itself.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+    if !seal::detach(zygote) {
+        return Err("the zygote is gone".into());
+    }
+    seal::keep_only_sockets(devnull, events, sync)?;
+    // SAFETY: the descriptors keep_only_sockets put there, owned from here on.
+    let (events, sync) = unsafe {
+        (
+            Arc::new(UnixStream::from_raw_fd(seal::EVENTS_FD)),
+            UnixStream::from_raw_fd(seal::SYNC_FD),
+        )
+    };
+    let mut token = Lifecycle::fresh_token();
+    // The parent's frames, read on a thread of their own with blocking reads: the zygote's
+    // runtime (which this child keeps driving: the isolate's op driver lives on it) has no I/O
+    // driver, by design, so nothing of it refers to a descriptor.
+    let first =
+        frames::read_blocking(&mut &*events, MAX_PARENT_FRAME).map_err(|e| e.to_string())?;
+    if first.tag != frames::JOB {
+        return Err("the first frame is not a job".into());
+    }
+    let job: JobFrame = serde_json::from_slice(&first.payload).map_err(|e| e.to_string())?;
+    let (results_tx, mut results_rx) = mpsc::unbounded_channel::<frames::Frame>();
+    let reader = events.clone();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("sandbox-ipc".into())
+        .spawn(move || {
+            let _ = started_tx.send(());
+            while let Ok(frame) = frames::read_blocking(&mut &*reader, MAX_PARENT_FRAME) {
+                if results_tx.send(frame).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the IPC thread: {e}"))?;
+    // Sealed only once the thread runs: its start-up syscalls are not the script's.
+    started_rx
+        .recv()
+        .map_err(|_| "the IPC thread did not start".to_owned())?;
+    seal::limit_resources(data_limit, 64)?;
+    // SAFETY: getpid has no preconditions.
+    seal::seal(unsafe { libc::getpid() })?;
+    #[cfg(feature = "escape-probes")]
+    let probes =
+        std::env::var_os("MCP_CODE_MODE_ESCAPE_PROBES").map(|_| seal::escape_probes(zygote));
+
+    let Booted {
+        mut js,
+        parts,
+        evaluated,
+        platform,
+    } = booted;
+    let port = Rc::new(RemotePort {
+        events: events.clone(),
+        pending: Default::default(),
+        next_id: Cell::new(0),
+        sync: RefCell::new(sync),
+    });
+    {
+        let op_state = js.op_state();
+        let mut op_state = op_state.borrow_mut();
+        op_state.put(Entropy(
+            crate::engine::entropy_source(job.seed).map_err(|e| e.to_string())?,
+        ));
+        op_state.put(Clock(Instant::now()));
+        op_state.put(Tools(port.clone()));
+        std::mem::swap(
+            &mut op_state.borrow_mut::<Lifecycle>().report_token,
+            &mut token,
+        );
+        let forward = events.clone();
+        op_state
+            .borrow::<SharedOutput>()
+            .set_forward(Box::new(move |stream, kept, dropped| {
+                if !kept.is_empty() {
+                    let tag = match stream {
+                        Stream::Stdout => frames::STDOUT,
+                        Stream::Stderr => frames::STDERR,
+                    };
+                    send(&forward, tag, kept);
+                }
+                if dropped > 0 {
+                    let mut p = vec![stream as u8];
+                    p.extend_from_slice(&dropped.to_le_bytes());
+                    send(&forward, frames::DROPPED, &p);
+                }
+            }));
+    }
+    #[cfg(feature = "escape-probes")]
+    if let Some(probes) = probes {
+        send(&events, frames::STDOUT, probes.as_bytes());
+        if std::env::var_os("MCP_CODE_MODE_ESCAPE_PROBES").is_some_and(|v| v == "abort") {
+            std::process::abort(); // how the parent reports a child that dies by a signal
+        }
+    }
+    let mut job_json = job.job;
+    job_json["reseed"] = true.into();
+    let Parts {
+        job_tx,
+        outcome_rx,
+        fate,
+        budget,
+        ..
+    } = parts;
+    let _ = job_tx.send(job_json.to_string());
+
+    rt.block_on(async {
+        let read_results = async {
+            while let Some(f) = results_rx.recv().await {
+                if f.payload.len() < 8 {
+                    continue;
+                }
+                let id = u64::from_le_bytes(f.payload[..8].try_into().unwrap());
+                let text = String::from_utf8_lossy(&f.payload[8..]).into_owned();
+                if let Some(tx) = port.pending.borrow_mut().remove(&id) {
+                    let _ = tx.send(text);
+                }
+            }
+            // The parent closed the socket: nobody wants this execution any more.
+        };
+        let mut outcome_rx = outcome_rx;
+        let run = async {
+            let ended = tokio::select! {
+                biased;
+                outcome = &mut outcome_rx => outcome.map_err(|_| None),
+                ended = async {
+                    std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)).await?;
+                    evaluated.await
+                } => Err(ended.err()),
+            };
+            // The runner reports, then its module ends: both can happen in one turn.
+            let ended = ended.or_else(|reason| outcome_rx.try_recv().map_err(|_| reason));
+            match ended {
+                Ok(report) => send(&events, frames::REPORT, report.as_bytes()),
+                Err(reason) => send(&events, frames::DIED, died(&fate, &budget, reason).as_bytes()),
+            }
+        };
+        tokio::select! {
+            () = run => {},
+            () = read_results => {},
+        }
+    });
+    Ok(())
+}
+
+/// Writes one frame to the parent, blocking: the parent always reads, and a child that cannot
+/// reach it has nothing left to do.
+fn send(events: &UnixStream, tag: u8, payload: &[u8]) {
+    if frames::write_blocking(&mut &*events, tag, &[payload]).is_err() {
+        // SAFETY: the parent is gone; nobody reads this execution's outcome.
+        unsafe { libc::_exit(70) }
+    }
+}
+
+fn died(fate: &crate::engine::Fate, budget: &MemoryBudget, reason: Option<String>) -> String {
+    serde_json::json!({
+        "heap_exhausted": fate.heap_exhausted.load(std::sync::atomic::Ordering::SeqCst),
+        "budget_exhausted": budget.was_exhausted(),
+        "reason": reason,
+    })
+    .to_string()
+}
+
+fn frame(tag: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(5 + payload.len());
+    f.extend_from_slice(&frames::header(tag, payload.len()));
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The tool ops' port in a child: each request goes to the parent's bridge as the script's bytes.
+struct RemotePort {
+    events: Arc<UnixStream>,
+    pending: RefCell<HashMap<u64, oneshot::Sender<String>>>,
+    next_id: Cell<u64>,
+    /// Blocking request/response for the two synchronous reads (the catalogue's index and one
+    /// server's tools), which Python makes from attribute access.
+    sync: RefCell<UnixStream>,
+}
+
+impl RemotePort {
+    fn ask(&self, tag: u8, payload: &[u8]) -> String {
+        let mut sync = self.sync.borrow_mut();
+        let answer = frames::write_blocking(&mut *sync, tag, &[payload])
+            .and_then(|()| frames::read_blocking(&mut *sync, MAX_PARENT_FRAME));
+        match answer {
+            Ok(f) => String::from_utf8_lossy(&f.payload).into_owned(),
+            // SAFETY: the parent is gone; nobody reads this execution's outcome.
+            Err(_) => unsafe { libc::_exit(70) },
+        }
+    }
+
+    fn request(&self, tag: u8, fields: &[&[u8]]) -> LocalBoxFuture<'static, String> {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let (tx, rx) = oneshot::channel();
+        self.pending.borrow_mut().insert(id, tx);
+        send(&self.events, tag, &frames::encode_call(id, fields));
+        Box::pin(async move { rx.await.unwrap_or_default() })
+    }
+}
+
+impl ToolPort for RemotePort {
+    fn catalog_index(&self) -> String {
+        self.ask(frames::CATALOG_INDEX, &[])
+    }
+    fn server_tools(&self, server: &[u8]) -> String {
+        if server.len() > crate::bridge::tools::MAX_NAME_BYTES {
+            return String::new();
+        }
+        self.ask(frames::SERVER_TOOLS, server)
+    }
+    fn wait_ready(&self, server: JsBuffer) -> LocalBoxFuture<'static, String> {
+        if let Err(e) = crate::bridge::tools::check_name(&server, "server") {
+            return Box::pin(async move { e.0 });
+        }
+        self.request(frames::WAIT_READY, &[&server])
+    }
+    fn call(
+        &self,
+        server: JsBuffer,
+        tool: JsBuffer,
+        arguments_json: JsBuffer,
+        budget: Arc<MemoryBudget>,
+    ) -> LocalBoxFuture<'static, String> {
+        if let Err(envelope) = crate::bridge::tools::precheck_call(&server, &tool, &arguments_json)
+        {
+            return Box::pin(async move { envelope });
+        }
+        // The frame is a copy of the arguments: charged like any other host-side copy.
+        let Some(held) = budget.reserve(arguments_json.len()) else {
+            let e = format!(
+                "not enough memory left (--memory-mb) to send {} bytes of arguments",
+                arguments_json.len()
+            );
+            return Box::pin(
+                async move { serde_json::json!({"ok": false, "error": e}).to_string() },
+            );
+        };
+        let answer = self.request(frames::CALL, &[&server, &tool, &arguments_json]);
+        drop(held);
+        answer
+    }
+}

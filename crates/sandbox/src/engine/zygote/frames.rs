@@ -1,0 +1,138 @@
+//! The frames a forked sandbox and its parent exchange over their two sockets.
+//!
+//! A frame is a 4-byte little-endian length, a 1-byte tag and the payload. Both sides read with
+//! a size limit: neither trusts the other to be well-formed (the child least of all).
+
+use std::io;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Parent to child, on the events socket.
+pub const JOB: u8 = 1;
+pub const CALL_RESULT: u8 = 2;
+/// Child to parent, on the events socket.
+pub const STDOUT: u8 = 10;
+pub const STDERR: u8 = 11;
+pub const DROPPED: u8 = 12;
+pub const CALL: u8 = 13;
+pub const WAIT_READY: u8 = 14;
+pub const REPORT: u8 = 15;
+pub const DIED: u8 = 16;
+/// Child to parent on the sync socket (the parent answers each with one frame of the same tag).
+pub const CATALOG_INDEX: u8 = 20;
+pub const SERVER_TOOLS: u8 = 21;
+
+pub struct Frame {
+    pub tag: u8,
+    pub payload: Vec<u8>,
+}
+
+fn too_large(len: usize, max: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("a frame of {len} bytes, more than the {max} allowed"),
+    )
+}
+
+pub fn header(tag: u8, len: usize) -> [u8; 5] {
+    let mut h = [0u8; 5];
+    h[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    h[4] = tag;
+    h
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream.
+pub async fn read<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> io::Result<Option<Frame>> {
+    let mut h = [0u8; 5];
+    match r.read_exact(&mut h).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+    if len > max {
+        return Err(too_large(len, max));
+    }
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload).await?;
+    Ok(Some(Frame { tag: h[4], payload }))
+}
+
+pub async fn write<W: AsyncWrite + Unpin>(w: &mut W, tag: u8, parts: &[&[u8]]) -> io::Result<()> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    w.write_all(&header(tag, len)).await?;
+    for part in parts {
+        w.write_all(part).await?;
+    }
+    Ok(())
+}
+
+/// The blocking twins, for the child's synchronous requests.
+pub fn write_blocking<W: io::Write>(w: &mut W, tag: u8, parts: &[&[u8]]) -> io::Result<()> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    w.write_all(&header(tag, len))?;
+    for part in parts {
+        w.write_all(part)?;
+    }
+    w.flush()
+}
+
+pub fn read_blocking<R: io::Read>(r: &mut R, max: usize) -> io::Result<Frame> {
+    let mut h = [0u8; 5];
+    r.read_exact(&mut h)?;
+    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+    if len > max {
+        return Err(too_large(len, max));
+    }
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload)?;
+    Ok(Frame { tag: h[4], payload })
+}
+
+/// A call's payload: `id`, then each byte string prefixed by its u32 length.
+pub fn encode_call(id: u64, fields: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + fields.iter().map(|f| 4 + f.len()).sum::<usize>());
+    out.extend_from_slice(&id.to_le_bytes());
+    for f in fields {
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    out
+}
+
+/// The inverse of [`encode_call`]: `None` when the payload is malformed.
+pub fn decode_call(payload: &[u8], n: usize) -> Option<(u64, Vec<&[u8]>)> {
+    let id = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+    let mut rest = &payload[8..];
+    let mut fields = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+        fields.push(rest.get(4..4 + len)?);
+        rest = &rest[4 + len..];
+    }
+    rest.is_empty().then_some((id, fields))
+}
+
+/// A result's payload: `id` and the text.
+pub fn encode_result(id: u64, text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + text.len());
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_round_trip_and_malformed_ones_are_refused() {
+        let p = encode_call(7, &[b"fs", b"read", b"{}"]);
+        let (id, f) = decode_call(&p, 3).unwrap();
+        assert_eq!((id, f), (7, vec![&b"fs"[..], b"read", b"{}"]));
+        assert!(decode_call(&p, 2).is_none(), "trailing bytes");
+        assert!(decode_call(&p[..p.len() - 1], 3).is_none(), "short");
+        let mut huge = encode_call(1, &[b"x"]);
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_call(&huge, 1).is_none(), "a length past the end");
+    }
+}

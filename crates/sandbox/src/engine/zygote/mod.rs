@@ -1,0 +1,518 @@
+//! The forked sandbox: a zygote process boots one sandbox, and each execution runs in a sealed
+//! copy of it forked in a few milliseconds.
+//!
+//! ```text
+//! server process                         zygote process (one thread)        child (one per job)
+//!   Zygote ──control (seqpacket)──▶ fork loop ──fork()──▶ seal, job, exit
+//!   ForkedSandbox ◀──events + sync sockets (passed at the fork)──────────────▶ ops ▸ RemotePort
+//! ```
+//! **Invariant:** the server never forks itself; the zygote forks only from its one thread, with
+//! its isolate idle (the sandbox waits for its job), so every child copies a consistent isolate.
+//! **Invariant:** a child is sealed (seal.rs) before it reads its job, runs one job and exits.
+//! **Invariant:** the parent enforces the limits: it kills a child past its timeout (through the
+//! zygote, which alone knows whether the pid is still its child), reads every frame with a size
+//! limit, and re-checks every tool request in its own `ToolBridge` as if the child were hostile.
+
+mod child;
+mod control;
+mod frames;
+mod process;
+pub mod seal;
+
+pub use process::{run, ZygoteOptions, CONTROL_FD};
+
+use super::{died_error, read_report, shape_outcome, timeout_error, EngineError, Limits};
+use crate::bridge::memory::MemoryBudget;
+use crate::bridge::{LiveOutput, SharedOutput, Stream, ToolBridge, ToolHost};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// How to start the zygote: this program (the product's binary) with its hidden subcommand.
+#[derive(Debug, Clone)]
+pub struct ZygoteCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+/// How long a zygote may take to boot (restore and warm up).
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Default)]
+struct Exits {
+    /// Statuses of children that have exited, until someone asks.
+    done: HashMap<i32, i32>,
+    waiting: HashMap<i32, oneshot::Sender<i32>>,
+}
+
+struct Shared {
+    control: OwnedFd,
+    pending_fork: Mutex<Option<oneshot::Sender<Result<i32, i32>>>>,
+    exits: Mutex<Exits>,
+    alive: std::sync::atomic::AtomicBool,
+    /// Set when we stop the zygote ourselves: its end is then no news.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+/// The server's handle on its zygote process.
+pub struct Zygote {
+    limits: Limits,
+    shared: Arc<Shared>,
+    fork_lock: tokio::sync::Mutex<()>,
+    process: Mutex<std::process::Child>,
+}
+
+impl Zygote {
+    /// Starts the zygote and waits until its sandbox is ready to be forked.
+    pub async fn start(
+        command: &ZygoteCommand,
+        limits: Limits,
+    ) -> Result<Arc<Zygote>, EngineError> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let boot = |m: String| EngineError::Boot(format!("the sandbox zygote: {m}"));
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| boot(format!("socketpair: {e}")))?;
+        let mut cmd = std::process::Command::new(&command.program);
+        cmd.args(&command.args)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit());
+        for keep in ["MCP_CODE_MODE_LOG", "RUST_BACKTRACE"] {
+            if let Some(v) = std::env::var_os(keep) {
+                cmd.env(keep, v);
+            }
+        }
+        #[cfg(feature = "escape-probes")]
+        if let Some(v) = std::env::var_os("MCP_CODE_MODE_ESCAPE_PROBES") {
+            cmd.env("MCP_CODE_MODE_ESCAPE_PROBES", v);
+        }
+        let theirs_fd = theirs.as_raw_fd();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                if libc::dup2(theirs_fd, CONTROL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let process = cmd
+            .spawn()
+            .map_err(|e| boot(format!("cannot start {}: {e}", command.program.display())))?;
+        drop(theirs);
+        let shared = Arc::new(Shared {
+            control: ours,
+            pending_fork: Mutex::new(None),
+            exits: Mutex::new(Exits::default()),
+            alive: true.into(),
+            stopping: false.into(),
+        });
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let reader = shared.clone();
+        std::thread::Builder::new()
+            .name("zygote-control".into())
+            .spawn(move || read_control(reader, ready_tx))
+            .map_err(|e| boot(e.to_string()))?;
+        let zygote = Arc::new(Zygote {
+            limits,
+            shared,
+            fork_lock: tokio::sync::Mutex::new(()),
+            process: Mutex::new(process),
+        });
+        match tokio::time::timeout(BOOT_TIMEOUT, ready_rx).await {
+            Ok(Ok(Ok(()))) => Ok(zygote),
+            Ok(Ok(Err(message))) => Err(boot(message)),
+            Ok(Err(_)) => Err(boot("it ended while booting".into())),
+            Err(_) => Err(boot(format!(
+                "it did not boot within {} s",
+                BOOT_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A fresh sealed child, ready for one job, serving `tools`.
+    pub async fn fork(
+        self: &Arc<Self>,
+        tools: Arc<dyn ToolHost>,
+        seed: Option<u64>,
+        live_output: Option<LiveOutput>,
+    ) -> Result<ForkedSandbox, EngineError> {
+        let failed = |m: String| EngineError::Boot(format!("cannot fork a sandbox: {m}"));
+        let (events, child_events) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| failed(e.to_string()))?;
+        let (sync, child_sync) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| failed(e.to_string()))?;
+        let pid = {
+            let _one_at_a_time = self.fork_lock.lock().await;
+            if !self.is_alive() {
+                return Err(failed("the zygote has exited".into()));
+            }
+            let (tx, rx) = oneshot::channel();
+            *self.shared.pending_fork.lock() = Some(tx);
+            control::send_with_fds(
+                self.shared.control.as_raw_fd(),
+                control::FORK,
+                0,
+                &[child_events.as_raw_fd(), child_sync.as_raw_fd()],
+                0,
+                &[],
+            )
+            .map_err(|e| failed(format!("control socket: {e}")))?;
+            match tokio::time::timeout(Duration::from_secs(10), rx).await {
+                Ok(Ok(Ok(pid))) => pid,
+                Ok(Ok(Err(errno))) => {
+                    return Err(failed(std::io::Error::from_raw_os_error(errno).to_string()))
+                }
+                _ => return Err(failed("the zygote did not answer".into())),
+            }
+        };
+        drop((child_events, child_sync));
+        let to_tokio = |s: std::os::unix::net::UnixStream| {
+            s.set_nonblocking(true)?;
+            tokio::net::UnixStream::from_std(s)
+        };
+        let shares = super::MemoryShares::of(self.limits.memory_mb);
+        Ok(ForkedSandbox {
+            zygote: self.clone(),
+            pid,
+            events: Some(to_tokio(events).map_err(|e| failed(e.to_string()))?),
+            sync: Some(to_tokio(sync).map_err(|e| failed(e.to_string()))?),
+            seed,
+            tools: ToolBridge::new(tools),
+            output: SharedOutput::new(self.limits.max_output, live_output),
+            budget: MemoryBudget::new(shares.counted),
+            finished: false,
+        })
+    }
+
+    fn kill(&self, pid: i32) {
+        let _ = control::send(self.shared.control.as_raw_fd(), control::KILL, pid, 0, &[]);
+    }
+
+    /// How child `pid` ended (a wait status), once the zygote has reaped it.
+    async fn exit_status(&self, pid: i32, wait: Duration) -> Option<i32> {
+        let rx = {
+            let mut exits = self.shared.exits.lock();
+            if let Some(status) = exits.done.remove(&pid) {
+                return Some(status);
+            }
+            let (tx, rx) = oneshot::channel();
+            exits.waiting.insert(pid, tx);
+            rx
+        };
+        tokio::time::timeout(wait, rx).await.ok()?.ok()
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        self.shared
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut process = self.process.lock();
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+}
+
+/// The control socket's reader: fork answers, exits, and the zygote's own end.
+fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>) {
+    let mut ready = Some(ready);
+    let mut buf = vec![0u8; 16384];
+    loop {
+        // SAFETY: reading into our own buffer from a socket we own.
+        let n = unsafe {
+            libc::recv(
+                shared.control.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+            )
+        };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        let packet = &buf[..n as usize];
+        let (kind, pid) = control::parse(packet);
+        match kind {
+            control::READY => {
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(Ok(()));
+                }
+            }
+            control::BOOT_FAILED => {
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(Err(control::text(packet)));
+                } else {
+                    tracing::error!("sandbox zygote: {}", control::text(packet));
+                }
+            }
+            control::FORKED | control::FORK_FAILED => {
+                let answer = if kind == control::FORKED {
+                    Ok(pid)
+                } else {
+                    Err(control::status(packet))
+                };
+                if let Some(tx) = shared.pending_fork.lock().take() {
+                    let _ = tx.send(answer);
+                }
+            }
+            control::EXITED => {
+                let status = control::status(packet);
+                let mut exits = shared.exits.lock();
+                match exits.waiting.remove(&pid) {
+                    Some(tx) => {
+                        let _ = tx.send(status);
+                    }
+                    None => {
+                        // Bounded: statuses nobody asks for are of children already dealt with.
+                        if exits.done.len() > 4096 {
+                            exits.done.clear();
+                        }
+                        exits.done.insert(pid, status);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    shared
+        .alive
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    shared.pending_fork.lock().take();
+    shared.exits.lock().waiting.clear();
+    if let Some(tx) = ready.take() {
+        let _ = tx.send(Err("it exited while booting".into()));
+    }
+    if !shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        tracing::warn!("the sandbox zygote has exited");
+    }
+}
+
+/// The largest frame a child may send: a tool call (arguments and two names) or a report.
+fn max_child_frame(max_output: usize) -> usize {
+    crate::bridge::tools::MAX_ARGUMENTS_BYTES
+        + 2 * crate::bridge::tools::MAX_NAME_BYTES
+        + 4 * max_output
+        + (1 << 20)
+}
+
+/// A sealed child process ready for one job.
+pub struct ForkedSandbox {
+    zygote: Arc<Zygote>,
+    pid: i32,
+    events: Option<tokio::net::UnixStream>,
+    sync: Option<tokio::net::UnixStream>,
+    seed: Option<u64>,
+    tools: ToolBridge,
+    output: SharedOutput,
+    budget: Arc<MemoryBudget>,
+    finished: bool,
+}
+
+enum Ended {
+    Report(Vec<u8>),
+    Died(Vec<u8>),
+    Broken(String),
+    Timeout,
+}
+
+impl ForkedSandbox {
+    pub fn set_tools(&self, tools: Arc<dyn ToolHost>) {
+        self.tools.set_host(tools);
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub async fn execute(mut self, job: super::Job) -> super::Outcome {
+        let started = Instant::now();
+        let limits = self.zygote.limits;
+        let timeout = job.timeout.unwrap_or(limits.timeout);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let events = self.events.take().expect("execute runs once");
+        let sync = self.sync.take().expect("execute runs once");
+        let sync_server = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(serve_sync(
+            sync,
+            self.tools.clone(),
+        )));
+        let ended = self.converse(events, &job, deadline, limits).await;
+        drop(sync_server);
+        let report = match ended {
+            Ended::Report(json) => read_report(&String::from_utf8_lossy(&json)),
+            Ended::Died(json) => Err(self.died(&json, limits.memory_mb)),
+            Ended::Timeout => Err(timeout_error(timeout)),
+            Ended::Broken(why) => Err(self.broken(why).await),
+        };
+        self.finish();
+        let tool_calls = std::mem::take(&mut *self.tools.calls.lock());
+        shape_outcome(
+            report,
+            self.output.captured(),
+            tool_calls,
+            limits.max_output,
+            started,
+        )
+    }
+
+    /// Hands over the job, then serves the child until it reports, dies or runs out of time.
+    async fn converse(
+        &self,
+        events: tokio::net::UnixStream,
+        job: &super::Job,
+        deadline: tokio::time::Instant,
+        limits: Limits,
+    ) -> Ended {
+        let (mut reader, mut writer) = events.into_split();
+        let first = serde_json::json!({"job": job, "seed": self.seed}).to_string();
+        if let Err(e) = frames::write(&mut writer, frames::JOB, &[first.as_bytes()]).await {
+            return Ended::Broken(format!("could not send the job: {e}"));
+        }
+        let max = max_child_frame(limits.max_output);
+        let mut calls = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                frame = frames::read(&mut reader, max) => {
+                    let frame = match frame {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => return Ended::Broken("it closed its socket".into()),
+                        Err(e) => return Ended::Broken(format!("it sent a bad frame: {e}")),
+                    };
+                    match frame.tag {
+                        frames::STDOUT => self.output.write(Stream::Stdout, &frame.payload),
+                        frames::STDERR => self.output.write(Stream::Stderr, &frame.payload),
+                        frames::DROPPED if frame.payload.len() == 9 => {
+                            let stream = if frame.payload[0] == Stream::Stdout as u8 { Stream::Stdout } else { Stream::Stderr };
+                            let n = u64::from_le_bytes(frame.payload[1..].try_into().unwrap());
+                            self.output.write_counted(stream, &[], n);
+                        }
+                        frames::CALL => {
+                            let Some((id, f)) = frames::decode_call(&frame.payload, 3) else {
+                                return Ended::Broken("it sent a malformed call".into());
+                            };
+                            let (server, tool, args) = (f[0].to_vec(), f[1].to_vec(), f[2].to_vec());
+                            let (bridge, budget) = (self.tools.clone(), self.budget.clone());
+                            calls.spawn(async move {
+                                (id, bridge.call_envelope(&server, &tool, &args, &budget).await)
+                            });
+                        }
+                        frames::WAIT_READY => {
+                            let Some((id, f)) = frames::decode_call(&frame.payload, 1) else {
+                                return Ended::Broken("it sent a malformed request".into());
+                            };
+                            let server = f[0].to_vec();
+                            let bridge = self.tools.clone();
+                            calls.spawn(async move { (id, bridge.wait_ready(&server).await) });
+                        }
+                        frames::REPORT => return Ended::Report(frame.payload),
+                        frames::DIED => return Ended::Died(frame.payload),
+                        other => return Ended::Broken(format!("it sent an unknown frame ({other})")),
+                    }
+                }
+                Some(Ok((id, answer))) = calls.join_next() => {
+                    let payload = frames::encode_result(id, &answer);
+                    if let Err(e) = frames::write(&mut writer, frames::CALL_RESULT, &[&payload]).await {
+                        return Ended::Broken(format!("could not answer a call: {e}"));
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return Ended::Timeout,
+            }
+        }
+    }
+
+    fn died(&self, json: &[u8], memory_mb: u64) -> super::ErrorInfo {
+        let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+        died_error(
+            v["heap_exhausted"].as_bool().unwrap_or(false),
+            v["budget_exhausted"].as_bool().unwrap_or(false),
+            memory_mb,
+            v["reason"].as_str().map(str::to_owned),
+        )
+    }
+
+    /// The error for a child that stopped talking: how it ended, as the zygote saw it.
+    async fn broken(&mut self, why: String) -> super::ErrorInfo {
+        let status = self
+            .zygote
+            .exit_status(self.pid, Duration::from_millis(500))
+            .await;
+        self.finished = true;
+        let how = match status {
+            Some(s) if libc::WIFSIGNALED(s) => {
+                let signal = libc::WTERMSIG(s);
+                let name = nix::sys::signal::Signal::try_from(signal)
+                    .map(|s| s.as_str().to_owned())
+                    .unwrap_or_else(|_| format!("signal {signal}"));
+                let hint = match signal {
+                    libc::SIGKILL => {
+                        " (killed from outside, perhaps by the kernel's out-of-memory killer)"
+                    }
+                    libc::SIGSYS => " (a system call the sandbox forbids)",
+                    libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGTRAP | libc::SIGABRT => {
+                        " (a crash or fatal error inside V8)"
+                    }
+                    _ => "",
+                };
+                format!("the sandbox process was killed by {name}{hint}")
+            }
+            Some(s) if libc::WIFEXITED(s) => format!(
+                "the sandbox process exited with status {} ({why})",
+                libc::WEXITSTATUS(s)
+            ),
+            _ => format!("the sandbox process stopped answering ({why})"),
+        };
+        died_error(false, false, 0, Some(how))
+    }
+
+    /// Makes sure the child is gone (it exits by itself after reporting).
+    fn finish(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            self.zygote.kill(self.pid);
+        }
+    }
+}
+
+impl Drop for ForkedSandbox {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// Answers the child's synchronous reads (the catalogue index, one server's tools).
+async fn serve_sync(sync: tokio::net::UnixStream, tools: ToolBridge) {
+    let (mut reader, mut writer) = sync.into_split();
+    let max = crate::bridge::tools::MAX_NAME_BYTES + 16;
+    while let Ok(Some(frame)) = frames::read(&mut reader, max).await {
+        let answer = match frame.tag {
+            frames::CATALOG_INDEX => tools.catalog_index(),
+            frames::SERVER_TOOLS => tools.server_tools(&frame.payload),
+            _ => return,
+        };
+        if frames::write(&mut writer, frame.tag, &[answer.as_bytes()])
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}

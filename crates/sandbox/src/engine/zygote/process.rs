@@ -1,0 +1,263 @@
+//! The zygote process: boots one sandbox (restore + warm-up) on its only thread, then forks a
+//! copy of it for every execution the server asks for, and reaps them.
+//!
+//! Its control socket (SOCK_SEQPACKET, fd [`CONTROL_FD`]) carries small packets: from the server
+//! `FORK` (with the child's two sockets as SCM_RIGHTS) and `KILL pid`; to the server `READY` or
+//! `BOOT_FAILED text`, `FORKED pid` or `FORK_FAILED errno`, and `EXITED pid status`.
+
+use super::{child, control};
+use crate::engine::isolate::{self, Prepared};
+use crate::engine::{Limits, SandboxConfig};
+use deno_core::v8;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use std::collections::HashSet;
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// Where the server puts the zygote's end of the control socket.
+pub const CONTROL_FD: RawFd = 3;
+
+/// What the zygote boots with (from its command line, see [`super::Zygote::start`]).
+pub struct ZygoteOptions {
+    pub limits: Limits,
+    pub snapshot: Option<&'static [u8]>,
+}
+
+/// The zygote's main: never returns. Call before any thread exists.
+pub fn run(options: ZygoteOptions) -> ! {
+    let code = match serve(options) {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = control::send(CONTROL_FD, control::BOOT_FAILED, 0, 0, e.as_bytes());
+            tracing::error!("sandbox zygote: {e}");
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+/// V8 on a single thread (`--single-threaded`, a single-threaded platform): a fork then copies
+/// a whole, consistent isolate, with no worker thread left behind holding a lock.
+fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
+    let _unrecognized = deno_core::v8_set_flags(vec![
+        "".into(),
+        "--disallow-code-generation-from-strings".into(),
+        "--single-threaded".into(),
+    ]);
+    let platform = v8::new_single_threaded_default_platform(false).make_shared();
+    deno_core::JsRuntime::init_platform(Some(platform.clone()));
+    platform
+}
+
+fn serve(options: ZygoteOptions) -> Result<(), String> {
+    // SAFETY: attribute changes of this process only.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| format!("/dev/null: {e}"))?;
+    enter_empty_namespaces();
+    let platform = init_v8_forkable();
+    // Time only: an I/O driver here would leave descriptors (and tokio's signal pipe) that
+    // each child closes before making its own runtime.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    let _entered = rt.enter();
+    let mut config = SandboxConfig::new(options.limits, options.snapshot);
+    config.warm_up = true;
+    let Prepared {
+        parts,
+        state,
+        ready_rx,
+    } = isolate::prepare(config, None).map_err(|e| e.to_string())?;
+    let mut js = isolate::create_runtime(state, &parts.fate);
+    let evaluated = rt.block_on(async {
+        let evaluated = Box::pin(isolate::load_main(&mut js).await?);
+        let fate = parts.fate.clone();
+        tokio::select! {
+            ready = isolate::wait_ready(ready_rx, &fate) => ready.map_err(|e| e.to_string())?,
+            ended = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)) => {
+                return Err(format!("the sandbox ended while booting: {ended:?}"));
+            }
+        }
+        Ok::<_, String>(evaluated)
+    })?;
+    control::send(CONTROL_FD, control::READY, 0, 0, &[]).map_err(|e| e.to_string())?;
+    tracing::debug!("sandbox zygote ready");
+
+    let mut booted = Some(child::Booted {
+        js,
+        parts,
+        evaluated,
+        platform,
+    });
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block()
+        .map_err(|e| format!("sigprocmask: {e}"))?;
+    let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| format!("signalfd: {e}"))?;
+    let mut live: HashSet<i32> = HashSet::new();
+    let own_pid = std::process::id() as i32;
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: CONTROL_FD,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sigchld.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfd entries.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            continue; // EINTR
+        }
+        if fds[1].revents != 0 {
+            while let Ok(Some(_)) = sigchld.read_signal() {}
+            reap(&mut live);
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let mut buf = [0u8; 64];
+        let mut cmsg = nix::cmsg_space!([RawFd; 2]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let (n, received) =
+            match recvmsg::<()>(CONTROL_FD, &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
+                Ok(msg) => {
+                    let mut received = Vec::new();
+                    for c in msg.cmsgs().into_iter().flatten() {
+                        if let ControlMessageOwned::ScmRights(fds) = c {
+                            received.extend(fds);
+                        }
+                    }
+                    (msg.bytes, received)
+                }
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(format!("control socket: {e}")),
+            };
+        if n == 0 {
+            // The server is gone: so are its executions.
+            for pid in &live {
+                // SAFETY: signalling our own children.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            return Ok(());
+        }
+        let (kind, pid) = control::parse(&buf[..n]);
+        match (kind, received.as_slice()) {
+            (control::FORK, &[events, sync]) => {
+                let data_limit =
+                    vm_data_bytes() + 2 * (options.limits.memory_mb << 20) + (256 << 20);
+                fork_to_all_mappings();
+                // SAFETY: this process has one thread; the child only runs `child::run`.
+                match unsafe { libc::fork() } {
+                    0 => child::run(child::Start {
+                        booted: booted.take().expect("the zygote's sandbox"),
+                        rt: &rt,
+                        events,
+                        sync,
+                        devnull: devnull.as_raw_fd(),
+                        zygote: own_pid,
+                        data_limit,
+                    }),
+                    child if child > 0 => {
+                        live.insert(child);
+                        let _ = control::send(CONTROL_FD, control::FORKED, child, 0, &[]);
+                    }
+                    _ => {
+                        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                        let _ = control::send(CONTROL_FD, control::FORK_FAILED, 0, errno, &[]);
+                    }
+                }
+                close(events);
+                close(sync);
+            }
+            (control::KILL, _) => {
+                // Only a child not yet reaped: its pid cannot have been reused.
+                if live.contains(&pid) {
+                    // SAFETY: signalling our own child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                received.iter().for_each(|fd| close(*fd));
+            }
+            _ => received.iter().for_each(|fd| close(*fd)),
+        }
+    }
+}
+
+fn close(fd: RawFd) {
+    // SAFETY: a descriptor this process received and owns.
+    unsafe { libc::close(fd) };
+}
+
+fn reap(live: &mut HashSet<i32>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own children.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        live.remove(&pid);
+        let _ = control::send(CONTROL_FD, control::EXITED, pid, status, &[]);
+    }
+}
+
+/// Empty user and network namespaces, where the kernel allows unprivileged ones: a child that got
+/// past seccomp would still find no network and no one's privileges.
+fn enter_empty_namespaces() {
+    use nix::sched::{unshare, CloneFlags};
+    match unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET) {
+        Ok(()) => tracing::debug!("sandbox zygote: in new user and network namespaces"),
+        Err(e) => tracing::debug!("sandbox zygote: no new namespaces ({e}); seccomp still seals"),
+    }
+}
+
+/// The shipped V8 marks its mappings MADV_DONTFORK (v8_enable_private_mapping_fork_optimization):
+/// a child would fault on its first allocation. Re-mark every mapping, before every fork (the
+/// heap maps new ranges as it grows).
+fn fork_to_all_mappings() {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines() {
+        let Some((range, _)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        // SAFETY: changes only whether an existing mapping is inherited; errors ([vsyscall]) are
+        // harmless.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DOFORK) };
+    }
+}
+
+/// This process's private writable memory (VmData), the base of a child's RLIMIT_DATA.
+fn vm_data_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmData:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb << 10)
+        .unwrap_or(64 << 30)
+}

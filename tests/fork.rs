@@ -1,0 +1,145 @@
+//! The forked sandbox (`--sandbox fork`, the default): the kernel seals each child, and the parent
+//! enforces the limits whatever the child does.
+
+use crate::sandbox::REAL_GLOBAL;
+use crate::util::{command, json, text, BIN};
+use std::io::Write;
+use std::process::{Output, Stdio};
+use std::time::Instant;
+
+fn run(args: &[&str], env: &[(&str, &str)], code: &str) -> Output {
+    let mut cmd = command(BIN);
+    cmd.arg("run").args(args).arg("-");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the CLI");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(code.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_sealed_child_cannot_open_connect_exec_or_signal() {
+    // The probes run in the child after it sealed itself, before the script (tests-only build).
+    let out = run(
+        &["--json"],
+        &[("MCP_CODE_MODE_ESCAPE_PROBES", "1")],
+        "print('the script ran')",
+    );
+    let report = json(&out);
+    let stdout = report["stdout"].as_str().unwrap_or_default();
+    for attempt in [
+        "open /etc/hostname: blocked",
+        "openat /etc/hostname: blocked",
+        "socket AF_INET: blocked",
+        "socket AF_UNIX: blocked",
+        "execve /bin/sh: blocked",
+        "clone (fork): blocked",
+        "ptrace: blocked",
+        "kill the zygote: blocked",
+        "write to fd 1: reaches /dev/null",
+    ] {
+        assert!(stdout.contains(attempt), "{attempt:?} not in:\n{stdout}");
+    }
+    assert!(!stdout.contains("ESCAPED"), "{stdout}");
+    assert!(stdout.ends_with("the script ran\n"), "{stdout}");
+    // The thread sandbox has no such seal (and no probes): the flag is what we measure.
+    let thread = run(
+        &["--json", "--sandbox", "thread"],
+        &[("MCP_CODE_MODE_ESCAPE_PROBES", "1")],
+        "print('the script ran')",
+    );
+    assert_eq!(json(&thread)["stdout"], "the script ran\n");
+}
+
+#[test]
+fn past_its_timeout_a_child_is_killed_and_its_output_kept() {
+    let out = run(
+        &["--json", "--timeout", "1"],
+        &[],
+        "print('before', flush=True)\nwhile True:\n    pass\n",
+    );
+    let report = json(&out);
+    assert_eq!(report["error"]["type"], "TimeoutError", "{report}");
+    assert_eq!(report["stdout"], "before\n");
+    let ms = report["duration_ms"].as_f64().unwrap();
+    assert!(
+        (1000.0..1100.0).contains(&ms),
+        "back {ms} ms after a 1 s limit"
+    );
+}
+
+#[test]
+fn a_child_that_dies_by_a_signal_is_named_and_the_next_one_runs() {
+    let started = Instant::now();
+    let out = run(
+        &["--json"],
+        &[("MCP_CODE_MODE_ESCAPE_PROBES", "abort")],
+        "print('never')",
+    );
+    let report = json(&out);
+    let message = report["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("killed by SIGABRT") && message.contains("crash or fatal error"),
+        "{report}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(started.elapsed().as_secs() < 20);
+    let next = run(&["--json"], &[], "1 + 1");
+    assert_eq!(json(&next)["result"], 2);
+}
+
+#[test]
+fn memory_bombs_are_stopped_in_a_child() {
+    for bomb in [
+        "x = []\nwhile True:\n    x.append(bytearray(1 << 20))\n",
+        "b = []\nwhile True:\n    b.append(g.ArrayBuffer.new(1 << 24))\n",
+        "m = g.WebAssembly.Memory.new(obj(initial=1))\nwhile True:\n    g.WebAssembly.Memory.prototype.grow.call(m, 256)\n",
+        "keep = [g.WebAssembly.Memory.new(obj(initial=1024)) for _ in range(64)]",
+    ] {
+        let code = format!("{REAL_GLOBAL}\n{bomb}");
+        let out = run(&["--json", "--memory-mb", "256"], &[], &code);
+        let report = json(&out);
+        let kind = report["error"]["type"].as_str().unwrap_or_default();
+        let message = report["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            kind == "MemoryError" || message.contains("memory") || message.contains("--memory-mb"),
+            "{bomb}: {report}"
+        );
+    }
+}
+
+#[test]
+fn fork_and_thread_sandboxes_print_the_same_bytes() {
+    let code = "import random, uuid, os\nprint(random.random(), uuid.uuid4(), os.urandom(4).hex())\n{'h': hash('x') != 0}";
+    let strip = |out: &Output| {
+        let mut v = json(out);
+        v.as_object_mut().unwrap().remove("duration_ms");
+        v
+    };
+    let fork = strip(&run(&["--json", "--seed", "42"], &[], code));
+    let again = strip(&run(&["--json", "--seed", "42"], &[], code));
+    let thread = strip(&run(
+        &["--json", "--seed", "42", "--sandbox", "thread"],
+        &[],
+        code,
+    ));
+    assert_eq!(fork, again);
+    assert_eq!(fork, thread);
+    let unseeded = |kind: &str| strip(&run(&["--json", "--sandbox", kind], &[], code));
+    assert_ne!(
+        unseeded("fork")["stdout"],
+        unseeded("fork")["stdout"],
+        "fresh entropy per child"
+    );
+}
