@@ -2,30 +2,16 @@
 //! enforces the limits whatever the child does.
 
 use crate::sandbox::REAL_GLOBAL;
-use crate::util::{command, json, text, BIN};
-use std::io::Write;
-use std::process::{Output, Stdio};
+use crate::util::{cli_env, json, text};
+use std::process::Output;
 use std::time::Instant;
 
+/// `run <args> -` with `code` on stdin.
 fn run(args: &[&str], env: &[(&str, &str)], code: &str) -> Output {
-    let mut cmd = command(BIN);
-    cmd.arg("run").args(args).arg("-");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the CLI");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(code.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.push("-");
+    cli_env(&all, env, code)
 }
 
 #[test]

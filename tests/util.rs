@@ -54,15 +54,30 @@ pub fn cli(args: &[&str], stdin: &str) -> Output {
 }
 
 pub fn cli_in(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> Output {
-    spawn_cli(bin, cwd, args, stdin)
+    spawn_cli(bin, cwd, args, &[], stdin)
+        .wait_with_output()
+        .expect("the binary ends")
+}
+
+/// [`cli`] with these environment variables set.
+pub fn cli_env(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Output {
+    let cwd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    spawn_cli(BIN, cwd, args, env, stdin)
         .wait_with_output()
         .expect("the binary ends")
 }
 
 /// The CLI started with piped streams, `stdin` written to it and closed.
-fn spawn_cli(bin: &str, cwd: &std::path::Path, args: &[&str], stdin: &str) -> std::process::Child {
+fn spawn_cli(
+    bin: &str,
+    cwd: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: &str,
+) -> std::process::Child {
     let mut child = command(bin)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -81,7 +96,7 @@ pub fn cli_peak(args: &[&str], stdin: &str) -> (Output, u64) {
     // Reaped by wait4 below, which std's `wait` cannot do with the usage figures.
     let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     #[allow(clippy::zombie_processes)]
-    let mut child = spawn_cli(BIN, manifest, args, stdin);
+    let mut child = spawn_cli(BIN, manifest, args, &[], stdin);
     let read = |mut pipe: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
