@@ -57,6 +57,46 @@ async def warm_up():
     linecache.cache.pop("<warm-up>", None)
 
 
+# What a zygote runs between forks (`warm_round`): the kinds of work agents' scripts do, so that V8
+# tiers up the interpreter's hot functions once there rather than in every child. Prints go to a
+# buffer: nothing of a warm-up round may reach a job's output.
+WARM_ROUND = """\
+import contextlib, io, json, re
+buffer = io.StringIO()
+with contextlib.redirect_stdout(buffer):
+    for i in range(20):
+        print(f"row {i}: {i * 2.5:.2f}", {"k": [i, str(i)]})
+rows = [{"id": i, "name": f"n{i}", "tags": ["a", "b", "c"][: i % 3]} for i in range(50)]
+back = json.loads(json.dumps(rows, indent=2))
+total = sum(len(r["tags"]) for r in back if r["id"] % 2)
+counts = {}
+for word in " ".join(r["name"] for r in back).split():
+    counts[word[:2]] = counts.get(word[:2], 0) + 1
+found = re.findall(r"n(\\d+)", " ".join(counts))
+try:
+    {}["missing"]
+except KeyError as e:
+    message = repr(e)
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def __repr__(self):
+        return f"Point({self.x}, {self.y})"
+points = sorted((Point(i % 7, i) for i in range(30)), key=lambda p: (p.x, -p.y))
+sorted(counts.items())[:3], total, len(found), repr(points[0]), message
+"""
+
+
+def warm_jobs():
+    """A zygote's warm-up round, as jobs for runner.js's runJob: one like an agent's, one that fails."""
+    codes = (WARM_ROUND, "def f(x):\n    return 1 / x\nf(0)")
+    return json.dumps([{"code": code, "filename": "<warm-up>", "reseed": True} for code in codes])
+
+
+def warm_done():
+    linecache.cache.pop("<warm-up>", None)
+
+
 def _host():
     # Imported on first use, never at module import: the module is part of the memory snapshot,
     # and the host's JS object cannot be.

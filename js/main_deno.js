@@ -6,14 +6,15 @@
  *
  * The outcome is reported with the token that came with the job, which only this module holds.
  *
- * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_next_job, op_sandbox_report,
+ * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_idle,
+ *           op_sandbox_next_job, op_sandbox_report,
  *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_catalog, op_tools_server_ready
  *           (and host_deno.js's own).
  */
 import { encodeCounted } from "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
 import { loadPyodide } from "../pyodide/pyodide.mjs";
 import createPyodideModule from "../pyodide/pyodide.asm.mjs";
-import { bootSandbox, runJob } from "./runner.js";
+import { bootSandbox, runJob, warmRound } from "./runner.js";
 
 const ops = globalThis.Deno.core.ops;
 // From here on the ops live only in closures (this module's and host_deno.js's). Pyodide's
@@ -47,5 +48,7 @@ try {
   throw e;
 }
 ops.op_sandbox_ready("");
+// In a zygote, warm-up rounds run until a fork is asked for; the child then goes on to its job.
+while (await ops.op_sandbox_idle()) await warmRound(pyodide);
 const { token, job } = JSON.parse(await ops.op_sandbox_next_job());
 ops.op_sandbox_report(token, await runJob(pyodide, job));

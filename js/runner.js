@@ -128,6 +128,17 @@ export async function bootSandbox(settings, host) {
 }
 
 /**
+ * One round of silent warm-up jobs, for a sandbox that others are copied from (a zygote): the
+ * same path as a real job (runJob, a reseed included), so what a child runs is already compiled.
+ */
+export async function warmRound(pyodide) {
+  for (const job of JSON.parse(pyodide.runPython("import codemode\ncodemode.warm_jobs()"))) {
+    await runJob(pyodide, job);
+  }
+  pyodide.runPython("import codemode\ncodemode.warm_done()");
+}
+
+/**
  * Runs one job ({code, filename}) through runPythonAsync, so that tool calls can use JSPI's
  * run_sync. Returns the outcome JSON produced by codemode.run_job: {result, error, exit_code}.
  */

@@ -28,6 +28,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 const PYODIDE_VERSION: &str = "314.0.8";
 /// The Deno + Pyodide peer's script, copied into the peer folder before each run.
 const PEER_SCRIPT: &str = include_str!("../bench/peer/peer.mjs");
+/// Where the zygote's "warm" line comes from, and how it starts (see engine/zygote/mod.rs).
+const ZYGOTE_LOG_TARGET: &str = "mcp_code_mode_sandbox::engine::zygote";
+const ZYGOTE_WARM_LINE: &str = "sandbox zygote warm after";
 /// The CPU-bound loop of row 6 (and its value, to check the run did the work).
 const HEAVY: &str = "sum(i*i for i in range(10**6))";
 const HEAVY_RESULT: i64 = 333_332_833_333_500_000;
@@ -249,7 +252,11 @@ impl ServerChild {
             ])
             .current_dir(dir.path())
             .env(config::PATH_ENV, config_path)
-            .env_remove("MCP_CODE_MODE_LOG");
+            // The zygote's "warm" line, which `wait_steady` waits for.
+            .env(
+                "MCP_CODE_MODE_LOG",
+                format!("warn,{ZYGOTE_LOG_TARGET}=info"),
+            );
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(Stdio::piped())
             .spawn()
@@ -280,6 +287,25 @@ impl ServerChild {
             stderr: log,
             _dir: dir,
         })
+    }
+
+    /// Waits until a `--sandbox fork` server's zygote has finished its warm-up (it logs so), so
+    /// that what follows measures the steady state rather than the first seconds after start.
+    async fn wait_steady(&self, kind: &str) -> anyhow::Result<()> {
+        if kind != "fork" {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !self.stderr.lock().contains(ZYGOTE_WARM_LINE) {
+            if Instant::now() > deadline {
+                bail!(
+                    "the sandbox zygote did not finish warming up in 120 s; server stderr: {}",
+                    self.stderr.lock()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
 
     /// One `execute_code` call; an error unless the script ran and printed `expect_stdout`.
@@ -1352,6 +1378,9 @@ async fn fork_ready(n: usize) -> anyhow::Result<Vec<f64>> {
         args: vec!["__zygote".into()],
     };
     let zygote = crate::engine::Zygote::start(&command, Limits::default()).await?;
+    if !zygote.wait_warm(Duration::from_secs(120)).await {
+        bail!("the sandbox zygote did not finish warming up in 120 s");
+    }
     let mut samples = Vec::new();
     for _ in 0..n + 1 {
         let started = Instant::now();
@@ -1374,6 +1403,7 @@ async fn fork_ready(n: usize) -> anyhow::Result<Vec<f64>> {
 
 async fn back_to_back(kind: &str, n: usize) -> anyhow::Result<Vec<f64>> {
     let server = ServerChild::start_with(2, kind).await?;
+    server.wait_steady(kind).await?;
     for _ in 0..5 {
         server.execute("print(1)", "1\n").await?;
     }
@@ -1404,6 +1434,7 @@ async fn burst(kind: &str, calls: usize, concurrency: usize) -> anyhow::Result<B
     let server = ServerChild::start_full(2, kind, Some(&config)).await?;
     const TOOL: &str = "print(tools.everything.get_sum(a=1, b=2))";
     let tool_stdout = server.execute_any(TOOL).await?;
+    server.wait_steady(kind).await?;
     server.execute("print(1)", "1\n").await?;
     let started = Instant::now();
     let results: Vec<Result<f64, anyhow::Error>> = futures::stream::iter(0..calls)

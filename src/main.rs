@@ -5,7 +5,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use mcp_code_mode::bridge::Stream;
 use mcp_code_mode::config::{self, Config};
-use mcp_code_mode::engine::{Job, Limits, Outcome, SandboxConfig, Sandboxes, ZygoteCommand};
+use mcp_code_mode::engine::pool::SPARE_CHILDREN;
+use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, SandboxConfig, ZygoteCommand};
 use mcp_code_mode::hub::Hub;
 use mcp_code_mode::server::ServeOptions;
 use std::io::{Read, Write};
@@ -81,17 +82,20 @@ fn snapshot(no_snapshot: bool) -> Option<&'static [u8]> {
     }
 }
 
-/// The sandboxes `serve` and `run` take from.
+/// The sandboxes `serve` and `run` take from. `ahead_of_demand`: for a server, how many thread
+/// sandboxes to keep booted (forks keep [`SPARE_CHILDREN`]); `None` (`run`): none.
 fn sandboxes(
     kind: SandboxArg,
     limits: &LimitArgs,
     no_snapshot: bool,
-    pool_size: usize,
-) -> anyhow::Result<Sandboxes> {
+    ahead_of_demand: Option<usize>,
+) -> anyhow::Result<Arc<Pool>> {
     Ok(match kind.sandbox {
-        SandboxKind::Thread => {
-            Sandboxes::threads(limits.limits(), snapshot(no_snapshot), pool_size)
-        }
+        SandboxKind::Thread => Pool::new(
+            limits.limits(),
+            snapshot(no_snapshot),
+            ahead_of_demand.unwrap_or(0),
+        ),
         SandboxKind::Fork => {
             let program = std::env::current_exe()
                 .context("cannot find this program to start the sandbox zygote")?;
@@ -104,7 +108,11 @@ fn sandboxes(
             if no_snapshot {
                 args.push("--no-snapshot".into());
             }
-            Sandboxes::forks(ZygoteCommand { program, args }, limits.limits())
+            Pool::forks(
+                ZygoteCommand { program, args },
+                limits.limits(),
+                ahead_of_demand.map_or(0, |_| SPARE_CHILDREN),
+            )
         }
     })
 }
@@ -284,12 +292,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(c) => tracing::info!("configuration {}: {} servers", c.path.display(), c.servers.len()),
     }
     let limits = args.limits.limits();
-    let pool = Arc::new(sandboxes(
+    let pool = sandboxes(
         args.sandbox,
         &args.limits,
         args.no_snapshot,
-        args.pool_size as usize,
-    )?);
+        Some(args.pool_size as usize),
+    )?;
     let hub = Hub::start(config.as_ref());
     let options = ServeOptions {
         limits,
@@ -346,7 +354,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // no tools (or calls them later) does not wait for them.
     let servers = load_config(&args.config)?;
     let hub = servers.as_ref().map(|servers| Hub::start(Some(servers)));
-    let sandboxes = sandboxes(args.sandbox, &args.limits, args.no_snapshot, 0)?;
+    let sandboxes = sandboxes(args.sandbox, &args.limits, args.no_snapshot, None)?;
     let mut config = SandboxConfig::new(args.limits.limits(), snapshot(args.no_snapshot));
     config.seed = args.seed;
     if let Some(hub) = &hub {

@@ -129,3 +129,55 @@ fn fork_and_thread_sandboxes_print_the_same_bytes() {
         "fresh entropy per child"
     );
 }
+
+/// The server's pool: children forked (and sealed) ahead of demand, from a zygote that warms up
+/// between forks. A spare serves a seeded job as a fresh fork would, and nothing of the zygote's
+/// warm-up rounds (their prints, their source) reaches a job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
+    use mcp_code_mode::engine::{Job, Limits, Pool, SandboxConfig, ZygoteCommand};
+    use std::time::Duration;
+    let command = ZygoteCommand {
+        program: crate::util::BIN.into(),
+        args: vec!["__zygote".into()],
+    };
+    let pool = Pool::forks(command, Limits::default(), 2);
+    let wait = Duration::from_secs(120);
+    assert!(pool.wait_ready(2, wait).await, "two spares forked");
+    let seeded = || SandboxConfig {
+        seed: Some(42),
+        ..SandboxConfig::new(Limits::default(), None)
+    };
+    let code = "import random, linecache\nprint(random.random(), [k for k in linecache.cache if 'warm' in k])";
+    let from_spare = pool
+        .take_for(seeded())
+        .await
+        .unwrap()
+        .execute(Job::new(code))
+        .await;
+    assert!(pool.wait_warm(wait).await, "the zygote finishes warming up");
+    assert!(pool.wait_ready(2, wait).await);
+    let after_warm = pool
+        .take_for(seeded())
+        .await
+        .unwrap()
+        .execute(Job::new(code))
+        .await;
+    assert!(from_spare.error.is_none(), "{}", from_spare.stderr);
+    assert_eq!(
+        from_spare.stdout, after_warm.stdout,
+        "same seed, same bytes"
+    );
+    assert!(
+        from_spare.stdout.ends_with(" []\n"),
+        "{}",
+        from_spare.stdout
+    );
+    let plain = pool
+        .take(std::sync::Arc::new(mcp_code_mode::bridge::NoTools))
+        .await
+        .unwrap()
+        .execute(Job::new("print(1)"))
+        .await;
+    assert_eq!((plain.stdout.as_str(), plain.stderr.as_str()), ("1\n", ""));
+}

@@ -6,7 +6,10 @@ use sha2::{Digest, Sha256};
 use std::{fs, path::Path};
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pyodide-assets");
+    // Read at run time, not `env!`: a build script binary compiled for one checkout is reused by
+    // cargo for another that shares the target directory.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest_dir).join("../../pyodide-assets");
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     let sums_path = dir.join("SHA256SUMS");
     println!("cargo:rerun-if-changed={}", sums_path.display());

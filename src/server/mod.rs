@@ -9,7 +9,7 @@ mod catalog;
 
 use crate::bridge::view::PythonView;
 use crate::bridge::{ServerCatalog, ToolCallRecord, ToolHost};
-use crate::engine::{ErrorInfo, Job, Limits, Outcome, Sandboxes};
+use crate::engine::{ErrorInfo, Job, Limits, Outcome, Pool};
 use crate::hub::Hub;
 use futures::future::BoxFuture;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -120,14 +120,14 @@ pub struct ServeOptions {
 #[derive(Clone)]
 pub struct CodeModeServer {
     hub: Arc<Hub>,
-    pool: Arc<Sandboxes>,
+    pool: Arc<Pool>,
     options: ServeOptions,
     tool_router: ToolRouter<Self>,
 }
 
 #[tool_router]
 impl CodeModeServer {
-    pub fn new(hub: Arc<Hub>, pool: Arc<Sandboxes>, options: ServeOptions) -> Self {
+    pub fn new(hub: Arc<Hub>, pool: Arc<Pool>, options: ServeOptions) -> Self {
         Self {
             hub,
             pool,
@@ -422,7 +422,7 @@ pub struct Handshake(String);
 /// Serves MCP on stdin/stdout until the client disconnects, then shuts the hub down.
 pub async fn serve_stdio(
     hub: Arc<Hub>,
-    pool: Arc<Sandboxes>,
+    pool: Arc<Pool>,
     options: ServeOptions,
 ) -> anyhow::Result<()> {
     let server = CodeModeServer::new(hub.clone(), pool, options);

@@ -4,7 +4,7 @@
 //!   assets   `op_assets_read`, `op_assets_text`          js/host_deno.js (Pyodide's loader)
 //!   host     `op_entropy_fill`, `op_clock_now`, `op_text_decode`   js/host_deno.js
 //!   output   `op_output_write`                            js/main_deno.js
-//!   sandbox  `op_sandbox_settings|ready|next_job|report`  js/main_deno.js
+//!   sandbox  `op_sandbox_settings|ready|idle|next_job|report`  js/main_deno.js
 //!   tools    `op_tools_catalog|server_catalog|call|server_ready`   js/main_deno.js -> codemode.py
 //!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
 //!   wasm     `op_wasm_cached_module`, `op_wasm_cache_module`   js/host_deno.js
@@ -83,6 +83,30 @@ impl Lifecycle {
         let mut token = [0u8; 16];
         let _ = getrandom::fill(&mut token);
         token.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// A zygote's sandbox goes on warming up between forks: with one of these in its `OpState`,
+/// `op_sandbox_idle` waits for the zygote to say whether to run another warm-up round (V8 then
+/// tiers up Python's hot wasm functions once, in the zygote, instead of in every child). Without
+/// one (a thread sandbox) the runner goes straight to its job.
+#[derive(Default)]
+pub struct IdleWarmUp {
+    go: tokio::sync::Notify,
+    more: Cell<bool>,
+    asked: Cell<u64>,
+}
+
+impl IdleWarmUp {
+    /// How often the runner has asked: each ask after the first ends a round.
+    pub fn asked(&self) -> u64 {
+        self.asked.get()
+    }
+
+    /// Lets the waiting runner go on: another round (`true`), or on to its job (`false`).
+    pub fn answer(&self, more: bool) {
+        self.more.set(more);
+        self.go.notify_one();
     }
 }
 
@@ -165,6 +189,7 @@ deno_core::extension!(
         op_output_write,
         op_sandbox_settings,
         op_sandbox_ready,
+        op_sandbox_idle,
         op_sandbox_next_job,
         op_sandbox_report,
         op_tools_catalog,
@@ -311,6 +336,25 @@ fn op_sandbox_ready(state: &mut OpState, #[string] error: &str) {
             Err(error.to_owned())
         });
     }
+}
+
+/// Between ready and the job: whether to run one more warm-up round (see [`IdleWarmUp`]).
+/// Answers `false` at once where there is no zygote, and once the job has been taken.
+#[op2]
+async fn op_sandbox_idle(state: Rc<RefCell<OpState>>) -> bool {
+    let warm = {
+        let state = state.borrow();
+        if booting() || state.borrow::<Lifecycle>().job.is_none() {
+            return false;
+        }
+        state.try_borrow::<Rc<IdleWarmUp>>().cloned()
+    };
+    let Some(warm) = warm else {
+        return false;
+    };
+    warm.asked.set(warm.asked.get() + 1);
+    warm.go.notified().await;
+    warm.more.get()
 }
 
 /// The one job, as `{"token": ..., "job": ...}`: the token is what `op_sandbox_report` wants.

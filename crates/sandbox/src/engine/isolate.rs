@@ -257,7 +257,14 @@ pub(super) fn poll_js(
     let polled = js
         .poll_event_loop(cx, Default::default())
         .map_err(|e| e.to_string());
-    if pump(js) {
+    // Once the outcome is reported, V8's housekeeping (GC steps, tier-up) must not delay it.
+    let reported = js
+        .op_state()
+        .borrow()
+        .borrow::<Lifecycle>()
+        .report_token
+        .is_empty();
+    if !reported && pump(js) {
         cx.waker().wake_by_ref();
         if polled.is_ready() {
             return std::task::Poll::Pending;

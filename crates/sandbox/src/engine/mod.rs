@@ -15,7 +15,7 @@ pub mod zygote;
 
 pub use isolate::init_v8;
 pub use memory::MemoryShares;
-pub use pool::{Pool, Sandboxes};
+pub use pool::Pool;
 pub use zygote::{ForkedSandbox, Zygote, ZygoteCommand};
 
 use crate::bridge::output::LiveOutput;

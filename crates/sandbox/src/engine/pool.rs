@@ -1,9 +1,12 @@
-//! A warm pool: sandboxes booted ahead of demand, each handed out once and then discarded.
+//! A warm pool: sandboxes made ahead of demand, each handed out once and then discarded.
 //!
-//! A layer around `Sandbox`, which it uses unchanged. Refilling runs in the background, one boot
-//! at a time, so a burst of requests is never slowed by several boots fighting for the cores.
+//! Sandboxes come from threads of this process (each restores the snapshot) or from a zygote
+//! process (see [`super::zygote`]; the default in the product), where "made ahead" means a child
+//! already forked and sealed, waiting for its job. A layer around `Sandbox`, which it uses
+//! unchanged. Refilling runs in the background, one sandbox at a time, so a burst of requests is
+//! never slowed by several boots fighting for the cores.
 
-use super::{EngineError, Limits, Sandbox, SandboxConfig};
+use super::{EngineError, ForkedSandbox, Limits, Sandbox, SandboxConfig, Zygote, ZygoteCommand};
 use crate::bridge::{NoTools, ToolHost};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -12,19 +15,54 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 pub struct Pool {
-    limits: Limits,
-    snapshot: Option<&'static [u8]>,
+    source: Source,
     size: usize,
     ready: Mutex<VecDeque<Sandbox>>,
     wanted: Arc<Notify>,
 }
 
+enum Source {
+    Threads {
+        limits: Limits,
+        snapshot: Option<&'static [u8]>,
+    },
+    Forks {
+        command: ZygoteCommand,
+        limits: Limits,
+        /// Started with the pool; restarted on demand if it exits.
+        zygote: tokio::sync::Mutex<Option<Arc<Zygote>>>,
+    },
+}
+
+/// How many forked children a server keeps waiting for a job: enough for back-to-back executions
+/// and short bursts; each costs the zygote one fork and holds only the pages it has touched.
+pub const SPARE_CHILDREN: usize = 2;
+
 impl Pool {
-    /// A pool keeping `size` sandboxes ready (0: boot each one on demand). Call from a tokio runtime.
+    /// Thread sandboxes, `size` kept booted ahead of demand (0: boot each one on demand). Call
+    /// from a tokio runtime.
     pub fn new(limits: Limits, snapshot: Option<&'static [u8]>, size: usize) -> Arc<Pool> {
+        Self::start(Source::Threads { limits, snapshot }, size)
+    }
+
+    /// Sandboxes forked from a zygote started with `command` (which boots the snapshot), `spares`
+    /// children forked ahead of demand (see [`SPARE_CHILDREN`]; 0: the zygote starts on first use).
+    /// Call from a tokio runtime.
+    pub fn forks(command: ZygoteCommand, limits: Limits, spares: usize) -> Arc<Pool> {
+        let zygote = tokio::sync::Mutex::new(None);
+        Self::start(
+            Source::Forks {
+                command,
+                limits,
+                zygote,
+            },
+            spares,
+        )
+    }
+
+    fn start(source: Source, size: usize) -> Arc<Pool> {
         let pool = Arc::new(Pool {
-            limits,
-            snapshot,
+            source,
             size,
             ready: Mutex::new(VecDeque::new()),
             wanted: Arc::new(Notify::new()),
@@ -35,28 +73,32 @@ impl Pool {
         pool
     }
 
-    fn config(&self) -> SandboxConfig {
-        SandboxConfig {
-            snapshot: self.snapshot,
-            warm_up: true,
-            ..SandboxConfig::new(self.limits, self.snapshot)
-        }
-    }
-
     pub fn ready_count(&self) -> usize {
         self.ready.lock().len()
     }
 
-    /// A ready sandbox serving `tools`, booted now if none is waiting.
+    /// A ready sandbox serving `tools`, made now if none is waiting.
     pub async fn take(&self, tools: Arc<dyn ToolHost>) -> Result<Sandbox, EngineError> {
-        let pooled = self.ready.lock().pop_front();
-        self.wanted.notify_one();
-        let sandbox = match pooled {
+        let sandbox = match self.pooled() {
             Some(sandbox) => sandbox,
-            None => Sandbox::new(self.config()).await?,
+            None => self.make().await?,
         };
         sandbox.set_tools(tools);
         Ok(sandbox)
+    }
+
+    /// A sandbox for `config`'s tools, seed and live output. A thread sandbox draws its seed at
+    /// boot, so one boots for it; a forked child draws it with the job, so a waiting one serves.
+    pub async fn take_for(&self, config: SandboxConfig) -> Result<Sandbox, EngineError> {
+        if let Source::Threads { .. } = self.source {
+            return Sandbox::new(config).await;
+        }
+        let sandbox = self.take(config.tools).await?;
+        let Sandbox::Forked(mut child) = sandbox else {
+            unreachable!("a pool of forks holds forked sandboxes");
+        };
+        child.ready_for(config.seed, config.live_output);
+        Ok(Sandbox::Forked(child))
     }
 
     /// Waits until `n` sandboxes are ready (benchmarks and tests), or the timeout passes.
@@ -69,6 +111,77 @@ impl Pool {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         true
+    }
+
+    /// Waits until sandboxes are as fast as they get: for forks, until the zygote has finished
+    /// its warm-up (benchmarks and tests, which want the steady state); threads are at once.
+    pub async fn wait_warm(&self, timeout: Duration) -> bool {
+        let Source::Forks { zygote, .. } = &self.source else {
+            return true;
+        };
+        let warmed = tokio::time::timeout(timeout, async {
+            loop {
+                let current = zygote.lock().await.clone();
+                match current {
+                    Some(z) if z.is_alive() => return z.wait_warm(timeout).await,
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        });
+        warmed.await.unwrap_or(false)
+    }
+
+    /// A waiting sandbox, if one is still good (a child of a zygote that has exited is not).
+    fn pooled(&self) -> Option<Sandbox> {
+        let mut ready = self.ready.lock();
+        self.wanted.notify_one();
+        while let Some(sandbox) = ready.pop_front() {
+            match &sandbox {
+                Sandbox::Forked(child) if !child.zygote_alive() => continue,
+                _ => return Some(sandbox),
+            }
+        }
+        None
+    }
+
+    async fn make(&self) -> Result<Sandbox, EngineError> {
+        match &self.source {
+            Source::Threads { limits, snapshot } => {
+                Sandbox::new(SandboxConfig {
+                    warm_up: true,
+                    tools: Arc::new(NoTools),
+                    ..SandboxConfig::new(*limits, *snapshot)
+                })
+                .await
+            }
+            Source::Forks { .. } => Ok(Sandbox::Forked(self.fork().await?)),
+        }
+    }
+
+    async fn fork(&self) -> Result<ForkedSandbox, EngineError> {
+        let Source::Forks {
+            command,
+            limits,
+            zygote,
+        } = &self.source
+        else {
+            unreachable!("only a pool of forks forks");
+        };
+        let current = {
+            let mut slot = zygote.lock().await;
+            match &*slot {
+                Some(z) if z.is_alive() => z.clone(),
+                _ => {
+                    if slot.is_some() {
+                        tracing::warn!("the sandbox zygote exited; starting a new one");
+                    }
+                    let z = Zygote::start(command, *limits).await?;
+                    *slot = Some(z.clone());
+                    z
+                }
+            }
+        };
+        current.fork(Arc::new(NoTools), None, None).await
     }
 }
 
@@ -88,116 +201,21 @@ async fn refill(pool: std::sync::Weak<Pool>) {
             wanted.notified().await;
             continue;
         }
-        let config = SandboxConfig {
-            tools: Arc::new(NoTools),
-            ..strong.config()
-        };
-        drop(strong);
-        match Sandbox::new(config).await {
+        // Held while making: a pool dropped meanwhile is noticed at the next turn.
+        match strong.make().await {
             Ok(sandbox) => {
                 failures = 0;
-                match pool.upgrade() {
-                    Some(strong) => strong.ready.lock().push_back(sandbox),
-                    None => return,
-                }
+                strong.ready.lock().push_back(sandbox);
             }
             Err(e) => {
+                drop(strong);
                 failures += 1;
                 let wait = Duration::from_millis(250 << failures.min(7));
-                tracing::error!("could not boot a pooled sandbox ({e}); retrying in {wait:?}");
+                tracing::error!(
+                    "could not make a sandbox ahead of demand ({e}); retrying in {wait:?}"
+                );
                 tokio::time::sleep(wait).await;
             }
         }
-    }
-}
-
-/// Where sandboxes come from: threads of this process (a [`Pool`]), or forks of a zygote process
-/// (see [`super::zygote`]), the default in the product.
-pub enum Sandboxes {
-    Threads(Arc<Pool>),
-    Forks {
-        command: super::ZygoteCommand,
-        limits: Limits,
-        /// Started in the background at once; restarted on demand if it exits.
-        zygote: Arc<tokio::sync::Mutex<Option<Arc<super::Zygote>>>>,
-    },
-}
-
-impl Sandboxes {
-    /// Sandboxes on threads, `size` kept booted ahead of demand.
-    pub fn threads(limits: Limits, snapshot: Option<&'static [u8]>, size: usize) -> Self {
-        Sandboxes::Threads(Pool::new(limits, snapshot, size))
-    }
-
-    /// Sandboxes forked from a zygote started with `command` (which boots the snapshot); it
-    /// starts now, in the background. Call from a tokio runtime.
-    pub fn forks(command: super::ZygoteCommand, limits: Limits) -> Self {
-        let zygote = Arc::new(tokio::sync::Mutex::new(None));
-        let starting = zygote.clone();
-        let start = command.clone();
-        tokio::spawn(async move {
-            let mut slot = starting.lock().await;
-            if slot.is_none() {
-                match super::Zygote::start(&start, limits).await {
-                    Ok(z) => *slot = Some(z),
-                    Err(e) => tracing::error!("{e}"),
-                }
-            }
-        });
-        Sandboxes::Forks {
-            command,
-            limits,
-            zygote,
-        }
-    }
-
-    /// A ready sandbox serving `tools`.
-    pub async fn take(&self, tools: Arc<dyn ToolHost>) -> Result<Sandbox, EngineError> {
-        match self {
-            Sandboxes::Threads(pool) => pool.take(tools).await,
-            Sandboxes::Forks { .. } => self.fork(tools, None, None).await,
-        }
-    }
-
-    /// A sandbox for `config` (its seed and live output; a thread sandbox boots for it).
-    pub async fn take_for(&self, config: SandboxConfig) -> Result<Sandbox, EngineError> {
-        match self {
-            Sandboxes::Threads(_) => Sandbox::new(config).await,
-            Sandboxes::Forks { .. } => {
-                self.fork(config.tools, config.seed, config.live_output)
-                    .await
-            }
-        }
-    }
-
-    async fn fork(
-        &self,
-        tools: Arc<dyn ToolHost>,
-        seed: Option<u64>,
-        live: Option<crate::bridge::LiveOutput>,
-    ) -> Result<Sandbox, EngineError> {
-        let Sandboxes::Forks {
-            command,
-            limits,
-            zygote,
-        } = self
-        else {
-            unreachable!("fork is only called for forks");
-        };
-        let current = {
-            let mut slot = zygote.lock().await;
-            match &*slot {
-                Some(z) if z.is_alive() => z.clone(),
-                _ => {
-                    if slot.is_some() {
-                        tracing::warn!("the sandbox zygote exited; starting a new one");
-                    }
-                    let z = super::Zygote::start(command, *limits).await?;
-                    *slot = Some(z.clone());
-                    z
-                }
-            }
-        };
-        Ok(Sandbox::Forked(current.fork(tools, seed, live).await?))
     }
 }

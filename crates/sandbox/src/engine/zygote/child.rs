@@ -7,7 +7,7 @@
 
 use super::{frames, seal};
 use crate::bridge::memory::MemoryBudget;
-use crate::bridge::{Clock, Entropy, Lifecycle, SharedOutput, Stream, ToolPort, Tools};
+use crate::bridge::{Clock, Entropy, IdleWarmUp, Lifecycle, SharedOutput, Stream, ToolPort, Tools};
 use crate::engine::isolate::{self, Parts};
 use deno_core::{v8, JsBuffer, JsRuntime};
 use futures::future::LocalBoxFuture;
@@ -108,13 +108,7 @@ fn life(start: Start) -> Result<(), String> {
     // The parent's frames, read on a thread of their own with blocking reads: the zygote's
     // runtime (which this child keeps driving: the isolate's op driver lives on it) has no I/O
     // driver, by design, so nothing of it refers to a descriptor.
-    let first =
-        frames::read_blocking(&mut &*events, MAX_PARENT_FRAME).map_err(|e| e.to_string())?;
-    if first.tag != frames::JOB {
-        return Err("the first frame is not a job".into());
-    }
-    let job: JobFrame = serde_json::from_slice(&first.payload).map_err(|e| e.to_string())?;
-    let (results_tx, mut results_rx) = mpsc::unbounded_channel::<frames::Frame>();
+    let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<frames::Frame>();
     let reader = events.clone();
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
@@ -122,29 +116,40 @@ fn life(start: Start) -> Result<(), String> {
         .spawn(move || {
             let _ = started_tx.send(());
             while let Ok(frame) = frames::read_blocking(&mut &*reader, MAX_PARENT_FRAME) {
-                if results_tx.send(frame).is_err() {
+                if frames_tx.send(frame).is_err() {
                     return;
                 }
             }
         })
         .map_err(|e| format!("cannot start the IPC thread: {e}"))?;
-    // Sealed only once the thread runs: its start-up syscalls are not the script's.
+    // Sealed once the thread runs (its start-up syscalls are not the script's), and before the
+    // job comes: a child forked ahead of demand waits for its job already sealed.
     started_rx
         .recv()
         .map_err(|_| "the IPC thread did not start".to_owned())?;
     seal::limit_resources(data_limit, 64)?;
     // SAFETY: getpid has no preconditions.
     seal::seal(unsafe { libc::getpid() })?;
+    let first = frames_rx
+        .blocking_recv()
+        .ok_or("the parent closed the socket before sending a job")?;
+    if first.tag != frames::JOB {
+        return Err("the first frame is not a job".into());
+    }
+    let job: JobFrame = serde_json::from_slice(&first.payload).map_err(|e| e.to_string())?;
     #[cfg(feature = "escape-probes")]
     let probes =
         std::env::var_os("MCP_CODE_MODE_ESCAPE_PROBES").map(|_| seal::escape_probes(zygote));
 
     let Booted {
-        mut js,
+        js,
         parts,
         evaluated,
         platform,
     } = booted;
+    // Never torn down: the process ends right after its report, and an isolate's teardown
+    // (a last GC, freeing every space) would only cost the machine's time.
+    let mut js = std::mem::ManuallyDrop::new(js);
     let port = Rc::new(RemotePort {
         events: events.clone(),
         pending: Default::default(),
@@ -198,10 +203,14 @@ fn life(start: Start) -> Result<(), String> {
         ..
     } = parts;
     let _ = job_tx.send(job_json.to_string());
+    // The runner waits between warm-up rounds (see `process::Warming`): on to the job.
+    if let Some(warm) = js.op_state().borrow().try_borrow::<Rc<IdleWarmUp>>() {
+        warm.answer(false);
+    }
 
     rt.block_on(async {
         let read_results = async {
-            while let Some(f) = results_rx.recv().await {
+            while let Some(f) = frames_rx.recv().await {
                 if f.payload.len() < 8 {
                     continue;
                 }

@@ -55,6 +55,8 @@ struct Shared {
     pending_fork: Mutex<Option<oneshot::Sender<Result<i32, i32>>>>,
     exits: Mutex<Exits>,
     alive: std::sync::atomic::AtomicBool,
+    /// Set once the zygote's warm-up rounds are done (see `process::Warming`).
+    warm: tokio::sync::watch::Sender<bool>,
     /// Set when we stop the zygote ourselves: its end is then no news.
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -116,6 +118,7 @@ impl Zygote {
             pending_fork: Mutex::new(None),
             exits: Mutex::new(Exits::default()),
             alive: true.into(),
+            warm: tokio::sync::watch::Sender::new(false),
             stopping: false.into(),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -143,6 +146,15 @@ impl Zygote {
 
     pub fn is_alive(&self) -> bool {
         self.shared.alive.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until the zygote has finished warming up (children forked before then run their
+    /// job slower: they optimize what the zygote had not yet), or `timeout` passes. For
+    /// benchmarks, which measure the steady state.
+    pub async fn wait_warm(&self, timeout: Duration) -> bool {
+        let mut warm = self.shared.warm.subscribe();
+        let warmed = tokio::time::timeout(timeout, warm.wait_for(|warm| *warm)).await;
+        matches!(warmed, Ok(Ok(_)))
     }
 
     /// A fresh sealed child, ready for one job, serving `tools`.
@@ -275,6 +287,13 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
                     let _ = tx.send(answer);
                 }
             }
+            control::WARM => {
+                tracing::info!(
+                    "sandbox zygote warm after {pid} warm-up rounds (the last took {:.1} ms)",
+                    f64::from(control::status(packet)) / 1000.0
+                );
+                shared.warm.send_replace(true);
+            }
             control::EXITED => {
                 let status = control::status(packet);
                 let mut exits = shared.exits.lock();
@@ -342,6 +361,18 @@ impl ForkedSandbox {
 
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Gives a child forked ahead of demand its job's seed and live output (its tools: see
+    /// [`Self::set_tools`]). Both are the parent's: the child draws its seed with the job.
+    pub fn ready_for(&mut self, seed: Option<u64>, live_output: Option<LiveOutput>) {
+        self.seed = seed;
+        self.output = SharedOutput::new(self.zygote.limits.max_output, live_output);
+    }
+
+    /// Whether the zygote this child came from still runs (a child of a dead one is not used).
+    pub fn zygote_alive(&self) -> bool {
+        self.zygote.is_alive()
     }
 
     pub async fn execute(mut self, job: super::Job) -> super::Outcome {
