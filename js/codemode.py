@@ -94,7 +94,14 @@ def warm_jobs():
 
 
 def warm_done():
+    """After a zygote's warm-up round: what is alive now is the zygote's, shared with every child.
+    Frozen out of the cyclic GC (gc.freeze), so that no child's collection writes to (and so
+    copies) the pages holding it."""
+    import gc
+
     linecache.cache.pop("<warm-up>", None)
+    gc.collect()
+    gc.freeze()
 
 
 def _host():

@@ -351,6 +351,18 @@ impl ServerChild {
         rss_mib(self.pid)
     }
 
+    /// The `--sandbox fork` server's zygote: its child running `__zygote`.
+    fn zygote(&self) -> anyhow::Result<u32> {
+        children_of(self.pid)
+            .into_iter()
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains("__zygote"))
+                    .unwrap_or(false)
+            })
+            .context("no zygote among the server's children")
+    }
+
     /// Waits until the server is idle: at least `min`, then until its RSS holds still for a
     /// while (pool refilled, used isolates torn down), at most 15 s.
     async fn settle(&self, min: Duration) -> anyhow::Result<()> {
@@ -607,6 +619,19 @@ async fn direct_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
     Ok(samples)
 }
 
+/// Times `n` calls of server-everything's get-sum from Python (after 20 not timed); prints the
+/// milliseconds as a JSON list.
+fn tool_call_script(n: usize) -> String {
+    format!(
+        "import json, time\n\
+         f = tools.everything.get_sum\n\
+         for _ in range(20):\n    f(a=1, b=2)\n\
+         ms = []\n\
+         for _ in range({n}):\n    t = time.perf_counter()\n    f(a=1, b=2)\n    ms.append((time.perf_counter() - t) * 1000)\n\
+         print(json.dumps(ms))"
+    )
+}
+
 async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
     let config = Config {
         path: PathBuf::from("<bench>"),
@@ -629,18 +654,10 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
             ..SandboxConfig::new(Limits::default(), crate::assets::snapshot())
         })
         .await?;
-        let script = format!(
-            "import json, time\n\
-             f = tools.everything.get_sum\n\
-             for _ in range(20):\n    f(a=1, b=2)\n\
-             ms = []\n\
-             for _ in range({n}):\n    t = time.perf_counter()\n    f(a=1, b=2)\n    ms.append((time.perf_counter() - t) * 1000)\n\
-             print(json.dumps(ms))"
-        );
         let outcome = sandbox
             .execute(Job {
                 timeout: Some(Duration::from_secs(120)),
-                ..Job::new(script)
+                ..Job::new(tool_call_script(n))
             })
             .await;
         if let Some(e) = &outcome.error {
@@ -1365,10 +1382,60 @@ async fn fork_section(plan: &Plan, thread_ready_p50: Option<f64>, quick: bool) {
         ),
         Err(e) => line("8d. idle server RSS", failed(e), String::new()),
     }
-    println!(
-        "\nA running child's private memory (PSS/USS) is not measured here yet; row 3 measures the \
-         tool-call overhead (of whichever kind `serve` defaults to)."
+    match child_memory().await {
+        Ok(((uss, pss), spares)) => line(
+            "8e. private memory of a child running a script (USS; PSS), and of each spare waiting for a job",
+            format!(
+                "{uss:.1} MiB USS, {pss:.1} MiB PSS; spares: {}",
+                spares
+                    .iter()
+                    .map(|(uss, _)| format!("{uss:.1} MiB"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "one isolate each: row 5".into(),
+        ),
+        Err(e) => line("8e. private memory of a child", failed(e), String::new()),
+    }
+    let entry = fixtures_entry();
+    let calls = plan.tool_calls;
+    let direct = direct_calls(&entry, calls).await;
+    let overhead = |through: anyhow::Result<Vec<f64>>| match (&direct, through) {
+        (Ok(direct), Ok(through)) => format!(
+            "+{} p50 ({} from Python, {} direct; n={calls})",
+            value(percentile(&through, 50.0) - percentile(direct, 50.0), "ms"),
+            p(&through, 50.0),
+            p(direct, 50.0)
+        ),
+        (Err(e), _) => format!("direct calls failed: {e:#}"),
+        (_, Err(e)) => failed(e),
+    };
+    line(
+        "8f. a tool call from Python over calling server-everything's get-sum directly",
+        overhead(fork_tool_calls(calls).await),
+        overhead(python_calls(&entry, calls).await) + " (in-process, as row 3)",
     );
+    match fork_growth(if quick { plan.executions } else { 10_000 }).await {
+        Ok(points) => {
+            let server: Vec<(usize, f64)> = points.iter().map(|&(n, s, _)| (n, s)).collect();
+            let zygote: Vec<(usize, f64)> = points.iter().map(|&(n, _, z)| (n, z)).collect();
+            let (first, last) = (points[0], points[points.len() - 1]);
+            line(
+                &format!("8g. RSS over {} executions back to back (server; zygote)", last.0),
+                format!(
+                    "server {:.1} → {:.1} MiB ({:+.2} MiB/1000); zygote {:.1} → {:.1} MiB ({:+.2} MiB/1000)",
+                    first.1,
+                    last.1,
+                    slope_per_1000(&server),
+                    first.2,
+                    last.2,
+                    slope_per_1000(&zygote)
+                ),
+                "row 5".into(),
+            )
+        }
+        Err(e) => line("8g. RSS over executions", failed(e), String::new()),
+    }
 }
 
 /// Fork latency: from asking the zygote to a child ready for its job (then `1` runs, unmeasured).
@@ -1467,25 +1534,127 @@ async fn burst(kind: &str, calls: usize, concurrency: usize) -> anyhow::Result<B
 async fn idle_rss_with_zygote() -> anyhow::Result<(f64, f64)> {
     let server = ServerChild::start_with(0, "fork").await?;
     server.execute("print(1)", "1\n").await?;
+    server.wait_steady("fork").await?;
     server.settle(Duration::from_millis(500)).await?;
-    // The zygote is the child of whichever of the server's threads spawned it.
-    let mut children = String::new();
-    for task in std::fs::read_dir(format!("/proc/{}/task", server.pid))?.flatten() {
-        children += &std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        children.push(' ');
-    }
-    let zygote = children
-        .split_whitespace()
-        .filter_map(|p| p.parse::<u32>().ok())
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains("__zygote"))
-                .unwrap_or(false)
-        })
-        .context("no zygote among the server's children")?;
-    let rss = (server.rss_mib()?, rss_mib(zygote)?);
+    let rss = (server.rss_mib()?, rss_mib(server.zygote()?)?);
     server.stop().await;
     Ok(rss)
+}
+
+/// The children of `pid` (of all its threads).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let listed = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.extend(
+            listed
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    children
+}
+
+/// A process's private memory (USS: Private_Clean + Private_Dirty) and PSS, in MiB.
+fn uss_pss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .with_context(|| format!("cannot read /proc/{pid}/smaps_rollup"))?;
+    let kb = |key: &str| -> f64 {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((
+        (kb("Private_Clean:") + kb("Private_Dirty:")) / 1024.0,
+        kb("Pss:") / 1024.0,
+    ))
+}
+
+/// CPU time a process has used so far, in clock ticks (utime + stime).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let after = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// What forked children hold privately: one running a script (1.5 s of a busy loop, measured
+/// half-way) and the spares waiting for a job. (USS MiB, PSS MiB) of the running child, then of
+/// each spare.
+async fn child_memory() -> anyhow::Result<((f64, f64), Vec<(f64, f64)>)> {
+    let server = ServerChild::start_with(2, "fork").await?;
+    server.execute("print(1)", "1\n").await?;
+    server.wait_steady("fork").await?;
+    server.settle(Duration::from_millis(500)).await?;
+    let zygote = server.zygote()?;
+    let busy = "import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass\nprint(2)";
+    let (ran, measured) = tokio::join!(server.execute(busy, "2\n"), async {
+        tokio::time::sleep(Duration::from_millis(750)).await;
+        let mut children = children_of(zygote);
+        // The running child is the one using the CPU; the others wait for a job.
+        children.sort_by_key(|&pid| std::cmp::Reverse(cpu_ticks(pid)));
+        let (running, spares) = children
+            .split_first()
+            .context("the zygote has no children")?;
+        let spares: anyhow::Result<Vec<_>> = spares.iter().map(|&pid| uss_pss_mib(pid)).collect();
+        anyhow::Ok((uss_pss_mib(*running)?, spares?))
+    });
+    ran?;
+    server.stop().await;
+    measured
+}
+
+/// A tool call from Python in a forked child, as row 3 measures it in-process: `n` calls of
+/// server-everything's get-sum timed inside the script, through `serve --sandbox fork`.
+async fn fork_tool_calls(n: usize) -> anyhow::Result<Vec<f64>> {
+    let entry = fixtures_entry();
+    if !entry.is_file() {
+        bail!("no {} (cd tests/fixtures && npm ci)", entry.display());
+    }
+    let config = json!({"servers": {"everything": {"command": "node", "args": [entry]}}});
+    let server = ServerChild::start_full(2, "fork", Some(&config)).await?;
+    server
+        .execute_any("tools.everything.get_sum(a=1, b=2)")
+        .await?;
+    server.wait_steady("fork").await?;
+    let stdout = server.execute_any(&tool_call_script(n)).await?;
+    server.stop().await;
+    serde_json::from_str::<Vec<f64>>(stdout.trim())
+        .with_context(|| format!("unexpected output: {stdout}"))
+}
+
+/// Server and zygote RSS over `n` executions back to back (fork), read when idle every n/10:
+/// (executions so far, server MiB, zygote MiB).
+async fn fork_growth(n: usize) -> anyhow::Result<Vec<(usize, f64, f64)>> {
+    let server = ServerChild::start_with(2, "fork").await?;
+    server.execute(GROWTH_SCRIPT, GROWTH_STDOUT).await?;
+    server.wait_steady("fork").await?;
+    server.settle(Duration::from_millis(500)).await?;
+    let zygote = server.zygote()?;
+    let every = (n / 10).max(1);
+    let mut points = vec![(0, server.rss_mib()?, rss_mib(zygote)?)];
+    for done in 1..=n {
+        server.execute(GROWTH_SCRIPT, GROWTH_STDOUT).await?;
+        if done % every == 0 {
+            server.settle(Duration::from_millis(300)).await?;
+            points.push((done, server.rss_mib()?, rss_mib(zygote)?));
+        }
+    }
+    server.stop().await;
+    Ok(points)
 }
 
 /// The peer's deno version, from its npm package.

@@ -131,13 +131,14 @@ impl Pool {
         warmed.await.unwrap_or(false)
     }
 
-    /// A waiting sandbox, if one is still good (a child of a zygote that has exited is not).
+    /// A waiting sandbox, if one is still good: a forked child is not once it is
+    /// [`outdated`](ForkedSandbox::outdated) (dropping it ends it).
     fn pooled(&self) -> Option<Sandbox> {
         let mut ready = self.ready.lock();
         self.wanted.notify_one();
         while let Some(sandbox) = ready.pop_front() {
             match &sandbox {
-                Sandbox::Forked(child) if !child.zygote_alive() => continue,
+                Sandbox::Forked(child) if child.outdated() => continue,
                 _ => return Some(sandbox),
             }
         }
@@ -195,10 +196,15 @@ async fn refill(pool: std::sync::Weak<Pool>) {
     let mut failures = 0u32;
     loop {
         let Some(strong) = pool.upgrade() else { return };
+        strong.ready.lock().retain(|sandbox| match sandbox {
+            Sandbox::Forked(child) => !child.outdated(),
+            Sandbox::Thread(_) => true,
+        });
         if strong.ready_count() >= strong.size {
             let wanted = strong.wanted.clone();
             drop(strong); // the pool may be dropped while we wait: Drop wakes us to notice
-            wanted.notified().await;
+                          // Or a second passes: spares forked before the zygote warmed up are then replaced.
+            let _ = tokio::time::timeout(Duration::from_secs(1), wanted.notified()).await;
             continue;
         }
         // Held while making: a pool dropped meanwhile is noticed at the next turn.

@@ -209,6 +209,7 @@ impl Zygote {
             output: SharedOutput::new(self.limits.max_output, live_output),
             budget: MemoryBudget::new(shares.counted),
             finished: false,
+            forked_cold: !*self.shared.warm.borrow(),
         })
     }
 
@@ -345,6 +346,8 @@ pub struct ForkedSandbox {
     output: SharedOutput,
     budget: Arc<MemoryBudget>,
     finished: bool,
+    /// Forked before the zygote had finished warming up.
+    forked_cold: bool,
 }
 
 enum Ended {
@@ -370,9 +373,10 @@ impl ForkedSandbox {
         self.output = SharedOutput::new(self.zygote.limits.max_output, live_output);
     }
 
-    /// Whether the zygote this child came from still runs (a child of a dead one is not used).
-    pub fn zygote_alive(&self) -> bool {
-        self.zygote.is_alive()
+    /// Whether a better child can be had: this one's zygote has exited, or has finished warming
+    /// up since this child was forked (a child forked cold optimizes the job path itself).
+    pub fn outdated(&self) -> bool {
+        !self.zygote.is_alive() || (self.forked_cold && *self.zygote.shared.warm.borrow())
     }
 
     pub async fn execute(mut self, job: super::Job) -> super::Outcome {
