@@ -151,6 +151,74 @@ struct ServeArgs {
     pool_size: u16,
     #[command(flatten)]
     sandbox: SandboxArg,
+    #[command(flatten)]
+    http: HttpArgs,
+}
+
+#[derive(Args)]
+struct HttpArgs {
+    /// Serve MCP over streamable HTTP at http://ADDR/mcp instead of stdio.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8000")]
+    http: Option<std::net::SocketAddr>,
+    /// With --http: no sessions, every request stands alone (replicas that share nothing).
+    #[arg(long, requires = "http")]
+    stateless: bool,
+    /// With --http: the bearer token clients must send, the file's first line (else
+    /// $MCP_CODE_MODE_AUTH_TOKEN). Required to bind a non-loopback address.
+    #[arg(long = "auth-token-file", value_name = "PATH", requires = "http")]
+    auth_token_file: Option<PathBuf>,
+    /// With --http: a `Host` to accept besides localhost, 127.0.0.1 and ::1 (repeatable).
+    #[arg(long = "allowed-host", value_name = "HOST", requires = "http")]
+    allowed_hosts: Vec<String>,
+    /// With --http: a browser origin to accept besides pages on localhost, 127.0.0.1 and [::1],
+    /// as scheme://host:port (repeatable; a request from any other Origin is refused).
+    #[arg(long = "allowed-origin", value_name = "ORIGIN", requires = "http")]
+    allowed_origins: Vec<String>,
+    /// With --http: the most sessions open at once.
+    #[arg(long = "max-sessions", default_value_t = 256, value_name = "N")]
+    max_sessions: usize,
+    /// With --http: seconds after which a session nobody used is closed.
+    #[arg(long = "session-idle", default_value_t = 1800.0, value_name = "SECONDS", value_parser = config::parse_timeout)]
+    session_idle: f64,
+    /// With --http: on SIGTERM/SIGINT, seconds running executions may take to finish.
+    #[arg(long = "shutdown-grace", default_value_t = 30.0, value_name = "SECONDS", value_parser = config::parse_timeout)]
+    shutdown_grace: f64,
+}
+
+impl HttpArgs {
+    /// The HTTP front's options, or None to serve stdio.
+    fn options(&self) -> anyhow::Result<Option<mcp_code_mode::server::http::HttpOptions>> {
+        use mcp_code_mode::server::http::{AuthToken, HttpOptions};
+        let Some(addr) = self.http else {
+            return Ok(None);
+        };
+        let auth_token = match (
+            &self.auth_token_file,
+            std::env::var("MCP_CODE_MODE_AUTH_TOKEN"),
+        ) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path).with_context(|| {
+                    format!("cannot read --auth-token-file '{}'", path.display())
+                })?;
+                let first = text.lines().next().unwrap_or_default();
+                Some(AuthToken::new(first, &format!("'{}'", path.display()))?)
+            }
+            (None, Ok(text)) => Some(AuthToken::new(&text, "$MCP_CODE_MODE_AUTH_TOKEN")?),
+            (None, Err(_)) => None,
+        };
+        let options = HttpOptions {
+            addr,
+            stateless: self.stateless,
+            auth_token,
+            allowed_hosts: self.allowed_hosts.clone(),
+            allowed_origins: self.allowed_origins.clone(),
+            max_sessions: self.max_sessions,
+            session_idle: Duration::from_secs_f64(self.session_idle),
+            grace: Duration::from_secs_f64(self.shutdown_grace),
+        };
+        options.check()?;
+        Ok(Some(options))
+    }
 }
 
 #[derive(Args)]
@@ -224,7 +292,7 @@ fn main() -> ExitCode {
         },
     };
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactedStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .init();
@@ -284,6 +352,8 @@ fn load_config(arg: &ConfigArg) -> anyhow::Result<Option<Config>> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(&args.config)?;
+    // Checked before anything starts: a refused address or token costs no boot.
+    let http = args.http.options()?;
     match &config {
         None => eprintln!(
             "mcp-code-mode: no configuration (--config, $MCP_CODE_MODE_CONFIG or config/mcp_servers.json): \
@@ -303,6 +373,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         limits,
         max_timeout: Duration::from_secs_f64(args.max_timeout),
     };
+    if let Some(http) = http {
+        mcp_code_mode::server::http::serve_http(hub, pool, options, http).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     const NOT_A_CLIENT: &str =
         "`serve` is an MCP server speaking JSON-RPC on stdin/stdout, for an MCP client \
          to launch (see the README); to run a script yourself, use `mcp-code-mode run script.py`";
@@ -316,6 +390,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Err(other) => other,
         })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Stderr for log lines, with every UUID masked: an HTTP session's id is a credential for that
+/// session, and rmcp names it in its own log events (at info, and in some errors).
+struct RedactedStderr;
+
+impl Write for RedactedStderr {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        static UUID: std::sync::LazyLock<regex::bytes::Regex> = std::sync::LazyLock::new(|| {
+            regex::bytes::Regex::new(
+                "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+            )
+            .expect("a valid pattern")
+        });
+        let masked = UUID.replace_all(line, &b"<id>"[..]);
+        std::io::stderr().write_all(&masked)?;
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// Kernel-level settings for the whole process, before any thread or child exists.

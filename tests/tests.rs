@@ -4,6 +4,7 @@ mod cli;
 mod downstream;
 mod engine;
 mod fork;
+mod http;
 mod hub;
 mod parity;
 mod sandbox;

@@ -1,4 +1,5 @@
-//! server — the MCP front: `execute_code` plus discovery tools, served over stdio.
+//! server — the MCP front: `execute_code` plus discovery tools, served over stdio or
+//! streamable HTTP (`http`).
 //!
 //! The only module that knows MCP's server side. Each `execute_code` gets its own fresh sandbox
 //! (several calls run at once; one slow script holds up no other), reports progress when the
@@ -6,6 +7,7 @@
 //! **Invariant:** nothing but MCP messages reaches stdout.
 
 mod catalog;
+pub mod http;
 
 use crate::bridge::view::PythonView;
 use crate::bridge::{ServerCatalog, ToolCallRecord, ToolHost};
@@ -30,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// What `execute_code` returns, as structured content (and as its JSON text copy).
 #[derive(Debug, Serialize, JsonSchema)]
@@ -122,6 +125,11 @@ pub struct CodeModeServer {
     hub: Arc<Hub>,
     pool: Arc<Pool>,
     options: ServeOptions,
+    /// Every running `execute_code`, across sessions: closed when the server drains for shutdown.
+    executions: TaskTracker,
+    /// Over HTTP each session is its own peer: announce tools/list_changed to it once it is
+    /// initialized (stdio announces to its one peer from `serve_stdio`).
+    announce_per_session: bool,
     tool_router: ToolRouter<Self>,
 }
 
@@ -132,6 +140,8 @@ impl CodeModeServer {
             hub,
             pool,
             options,
+            executions: TaskTracker::new(),
+            announce_per_session: false,
             tool_router: Self::tool_router(),
         }
     }
@@ -148,6 +158,12 @@ impl CodeModeServer {
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
+        if self.executions.is_closed() {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "the server is shutting down and starts no new executions; retry on another replica",
+            )]));
+        }
+        let _running = self.executions.token();
         let timeout = match args.timeout_s {
             None => self.options.limits.timeout,
             Some(s) if crate::config::timeout_within(s, self.options.max_timeout.as_secs_f64()) => {
@@ -293,6 +309,26 @@ impl ServerHandler for CodeModeServer {
         }
         Ok(ListToolsResult::with_all_items(tools))
     }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if self.announce_per_session {
+            tokio::spawn(announce_changes(self.hub.changes(), context.peer));
+        }
+    }
+}
+
+/// Tells a client when downstream tools change (execute_code's description lists them), until
+/// its connection closes.
+async fn announce_changes(mut changes: tokio::sync::watch::Receiver<u64>, peer: Peer<RoleServer>) {
+    while changes.changed().await.is_ok() {
+        if peer.is_transport_closed() {
+            return;
+        }
+        if let Err(e) = peer.notify_tool_list_changed().await {
+            tracing::debug!("tools/list_changed not sent: {e}");
+            return;
+        }
+    }
 }
 
 /// How long tools/list and the discovery tools wait for servers still in their first start.
@@ -428,20 +464,12 @@ pub async fn serve_stdio(
     let server = CodeModeServer::new(hub.clone(), pool, options);
     // Subscribed before the handshake: servers start in the background, and one that comes up
     // while the client initializes must still be announced.
-    let mut changes = hub.changes();
+    let changes = hub.changes();
     let running = server
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| Handshake(e.to_string()))?;
-    // Tell the client when downstream tools change: execute_code's description lists them.
-    let peer = running.peer().clone();
-    let notifier = tokio::spawn(async move {
-        while changes.changed().await.is_ok() {
-            if let Err(e) = peer.notify_tool_list_changed().await {
-                tracing::debug!("tools/list_changed not sent: {e}");
-            }
-        }
-    });
+    let notifier = tokio::spawn(announce_changes(changes, running.peer().clone()));
     let quit = running.waiting().await;
     notifier.abort();
     hub.shutdown().await;

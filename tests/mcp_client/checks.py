@@ -1,8 +1,8 @@
 """Drives `mcp-code-mode serve` with a real MCP client (PyPI `mcp`), one named check per run.
 
-usage: python3 checks.py BIN CHECK --mode auto|legacy
+usage: python3 checks.py BIN CHECK --mode auto|legacy [--transport stdio|http]
 
-Starts our server over stdio with a config (Claude Desktop form, `${VAR}` expansion) naming three
+Starts our server (over stdio, or `serve --http` on a free loopback port with a bearer token) with a config (Claude Desktop form, `${VAR}` expansion) naming three
 real servers from tests/fixtures: filesystem (over a fresh data folder), memory, everything.
 Prints `ok: CHECK (mode, protocol)` and exits 0 when the check passes; anything else is a failure.
 """
@@ -14,11 +14,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
+import urllib.request
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 HERE = Path(__file__).resolve().parent
 MODULES = HERE.parent / "fixtures" / "node_modules" / "@modelcontextprotocol"
@@ -453,6 +458,122 @@ async def record_notification(message):
         NOTIFICATIONS.append(method)
 
 
+# ---- over HTTP ------------------------------------------------------------------------------
+
+TOKEN = "test-token-" + "0123456789abcdef" * 2
+
+
+class HttpServer:
+    """`BIN serve --http 127.0.0.1:0 ...` with a token file; the URL from its first stderr line."""
+
+    def __init__(self, bin, tmp, config_path, env, extra=()):
+        token_file = tmp / "token.txt"
+        token_file.write_text(TOKEN + "\n")
+        self.proc = subprocess.Popen(
+            [bin, "serve", "--config", str(config_path), "--http", "127.0.0.1:0", "--auth-token-file", str(token_file), *extra],
+            env=dict(env, MCP_CODE_MODE_LOG="info"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.stderr = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.stderr.append(line)
+            if "serving MCP at " in line:
+                self.url = line.split("serving MCP at ", 1)[1].strip()
+                self.base = self.url.rsplit("/", 1)[0]
+                threading.Thread(target=self._drain, daemon=True).start()
+                return
+        self.proc.kill()
+        raise CheckFailed(f"serve --http did not say where it listens: {''.join(self.stderr)}")
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def client(self, mode, token=TOKEN, **kwargs):
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        return Client(streamable_http_client(self.url, http_client=http), mode=mode, **kwargs)
+
+
+def http_request(url, method="GET", body=None, headers=None):
+    """(status, headers, body text) of one plain HTTP request."""
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+INITIALIZE = json.dumps({
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}).encode()
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+async def check_http_front(client, data, tmp, server):
+    """What the HTTP front refuses, its probes, and a graceful shutdown (last: it stops the server)."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    status, headers, body = http_request(server.url, "POST", INITIALIZE, MCP_HEADERS)
+    expect(status == 401 and headers.get("WWW-Authenticate", "").startswith("Bearer"), f"no token: {status} {dict(headers)} {body}")
+    status, _, _ = http_request(server.url, "POST", INITIALIZE, {**MCP_HEADERS, "Authorization": f"Bearer {TOKEN[:-1]}x"})
+    expect(status == 401, f"a wrong token: {status}")
+    status, _, body = http_request(server.url, "POST", INITIALIZE, {**MCP_HEADERS, **auth, "Host": "evil.example:80"})
+    expect(status == 403, f"a foreign Host (DNS rebinding) must be refused: {status} {body}")
+    status, _, body = http_request(server.url, "POST", INITIALIZE, {**MCP_HEADERS, **auth, "Origin": "http://evil.example"})
+    expect(status == 403, f"a foreign Origin must be refused: {status} {body}")
+    status, _, _ = http_request(server.url, "POST", b"[" + b" " * (17 << 20) + b"]", {**MCP_HEADERS, **auth})
+    expect(status == 413, f"a 17 MiB body must be refused: {status}")
+    status, _, body = http_request(server.base + "/healthz")
+    expect(status == 200 and body == "ok\n", f"healthz: {status} {body!r}")
+    # Ready once the zygote has forked its first child (a probe polls, as Kubernetes would).
+    with anyio.fail_after(60):
+        while (answer := http_request(server.base + "/readyz"))[0] != 200:
+            expect(answer[0] == 503, f"readyz while starting: {answer[0]} {answer[2]!r}")
+            await anyio.sleep(0.2)
+    expect(json.loads(answer[2])["servers_starting"] == 0, f"readyz: {answer[2]!r}")
+    # The server runs with --max-sessions 3; a legacy client holds one (2026-07-28 has no sessions).
+    held = 1 if client.protocol_version < "2026-07-28" else 0
+    opened = [http_request(server.url, "POST", INITIALIZE, {**MCP_HEADERS, **auth}) for _ in range(3 - held)]
+    expect(all(s == 200 and h.get("Mcp-Session-Id") for s, h, _ in opened), f"sessions: {[(s, b) for s, _, b in opened]}")
+    status, _, body = http_request(server.url, "POST", INITIALIZE, {**MCP_HEADERS, **auth})
+    expect(status == 503 and "--max-sessions 3" in body, f"past the cap: {status} {body!r}")
+    gone = opened[0][1]["Mcp-Session-Id"]
+    status, _, _ = http_request(server.url, "DELETE", headers={**auth, "Mcp-Session-Id": gone})
+    expect(status in (200, 202, 204), f"DELETE of a session: {status}")
+    status, _, _ = http_request(server.url, "POST", INITIALIZE, {**MCP_HEADERS, **auth})
+    expect(status == 200, f"a session closed frees its place: {status}")
+    log = "".join(server.stderr)
+    leaks = [line for line in log.splitlines() if TOKEN in line or gone in line]
+    expect(not leaks, f"the token or a session id reached the log: {leaks[:3]}")
+    expect(" POST /mcp 401 " in log, f"no access-log line for the refused request: {log[-2000:]}")
+    # SIGTERM while a script runs: it finishes and is answered; then the process exits 0.
+    results = {}
+
+    async def slow():
+        results["slow"] = ok(await execute(client, "import time\ntime.sleep(2)\n'finished'"))["result"]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(slow)
+        await anyio.sleep(0.8)
+        server.proc.send_signal(signal.SIGTERM)
+    expect(results == {"slow": "finished"}, f"the running script did not finish: {results}")
+    with anyio.fail_after(20):
+        while server.proc.poll() is None:
+            await anyio.sleep(0.05)
+    expect(server.proc.returncode == 0, f"exit status after SIGTERM: {server.proc.returncode}: {''.join(server.stderr)[-2000:]}")
+
+
+HTTP_ONLY = {"http_front"}
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 
@@ -461,21 +582,37 @@ async def main():
     parser.add_argument("bin")
     parser.add_argument("check", choices=sorted(CHECKS))
     parser.add_argument("--mode", choices=["auto", "legacy"], required=True)
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     args = parser.parse_args()
+    if args.check in HTTP_ONLY and args.transport != "http":
+        parser.error(f"{args.check} runs only with --transport http")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data, config_path, env = setup(
             tmp, with_changer=args.check == "list_changed", with_starting=args.check == "starting",
             with_many=args.check == "many",
         )
-        params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path)], env=env)
-        connecting = time.monotonic()
-        async with Client(params, mode=args.mode, read_timeout_seconds=60, message_handler=record_notification) as client:
-            CONNECT_SECONDS.append(time.monotonic() - connecting)
-            if args.check != "starting":
-                await settle(client)
-            await CHECKS[args.check](client, data, tmp)
-            print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version})")
+        server = None
+        options = dict(mode=args.mode, read_timeout_seconds=60, message_handler=record_notification)
+        if args.transport == "http":
+            extra = ["--max-sessions", "3"] if args.check == "http_front" else []
+            server = HttpServer(args.bin, tmp, config_path, env, extra)
+            connect = server.client(**options)
+        else:
+            params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path)], env=env)
+            connect = Client(params, **options)
+        try:
+            connecting = time.monotonic()
+            async with connect as client:
+                CONNECT_SECONDS.append(time.monotonic() - connecting)
+                if args.check != "starting":
+                    await settle(client)
+                check = CHECKS[args.check]
+                await (check(client, data, tmp, server) if args.check in HTTP_ONLY else check(client, data, tmp))
+                print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version}, {args.transport})")
+        finally:
+            if server:
+                server.stop()
 
 
 def first_failure(error):

@@ -19,6 +19,8 @@ pub struct Pool {
     size: usize,
     ready: Mutex<VecDeque<Sandbox>>,
     wanted: Arc<Notify>,
+    /// A sandbox was made once (the snapshot restores, the zygote forks).
+    made_one: std::sync::atomic::AtomicBool,
 }
 
 enum Source {
@@ -66,11 +68,18 @@ impl Pool {
             size,
             ready: Mutex::new(VecDeque::new()),
             wanted: Arc::new(Notify::new()),
+            made_one: Default::default(),
         });
         if size > 0 {
             tokio::spawn(refill(Arc::downgrade(&pool)));
         }
         pool
+    }
+
+    /// Whether the pool serves without a first boot: it has made a sandbox once (or makes each
+    /// one on demand). Later, every spare taken by a burst is busy, not down.
+    pub fn has_come_up(&self) -> bool {
+        self.size == 0 || self.made_one.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn ready_count(&self) -> usize {
@@ -146,6 +155,15 @@ impl Pool {
     }
 
     async fn make(&self) -> Result<Sandbox, EngineError> {
+        let made = self.make_from_source().await;
+        if made.is_ok() {
+            self.made_one
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        made
+    }
+
+    async fn make_from_source(&self) -> Result<Sandbox, EngineError> {
         match &self.source {
             Source::Threads { limits, snapshot } => {
                 Sandbox::new(SandboxConfig {

