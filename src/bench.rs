@@ -7,6 +7,8 @@
 //! client would (see `debug.rs`); the engine rows use `Sandbox` directly. A row whose prerequisite
 //! is missing (the npm fixtures, the Deno peer) is printed as skipped with the command to fix it.
 
+mod http;
+
 use crate::config::{self, Config, ServerConfig};
 use crate::engine::{Job, Limits, Sandbox, SandboxConfig};
 use crate::hub::Hub;
@@ -1318,6 +1320,9 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     print_table(&rows, &notes);
     if want(8) {
         fork_section(&plan, p50(&snap), quick).await;
+    }
+    if want(9) {
+        http::section(quick).await;
     }
     Ok(())
 }

@@ -31,10 +31,9 @@ ROOT = HERE.parent.parent
 MODULES = HERE.parent / "fixtures" / "node_modules" / "@modelcontextprotocol"
 EXECUTIONS = 1000
 CONCURRENCY = 8
-# How long the kill phase runs, and when in it the replica dies (seconds). A call in flight on the
-# dead replica fails once the client gives up reconnecting its event stream (~6 s: retry 3 s).
-KILL_PHASE = 15.0
-KILL_AT = 2.0
+# How long the kill phase runs after the replica dies (seconds). A call in flight on the dead
+# replica fails once the client gives up reconnecting its event stream (~6 s: retry 3 s).
+AFTER_KILL = 13.0
 CALL_LIMIT = 30.0
 
 
@@ -132,15 +131,20 @@ async def steady_load(url):
 
 
 async def kill_phase(url, victim):
-    """Workers run 0.3 s scripts (reconnecting after any error) while `victim` is killed."""
+    """Workers run 0.3 s scripts (reconnecting after any error); once every worker's calls are
+    flowing, `victim` is killed. Returns the outcomes and when the kill happened."""
     outcomes = []  # (seconds since start, worker, "ok" | error text)
     started = time.monotonic()
+    killed = []
+
+    def running():
+        return not killed or time.monotonic() - started < killed[0] + AFTER_KILL
 
     async def worker(w):
-        while time.monotonic() - started < KILL_PHASE:
+        while running():
             try:
                 async with connect(url) as client:
-                    while time.monotonic() - started < KILL_PHASE:
+                    while running():
                         report = await execute(client, "import time\ntime.sleep(0.3)\n'slept'")
                         good = report["error"] is None and report["result"] == "slept"
                         outcomes.append((time.monotonic() - started, w, "ok" if good else json.dumps(report)))
@@ -151,15 +155,19 @@ async def kill_phase(url, victim):
                 await anyio.sleep(0.1)
 
     async def killer():
-        await anyio.sleep(KILL_AT)
+        # Every worker has finished two calls: calls are in flight on both replicas now.
+        while len({o[1] for o in outcomes if o[2] == "ok"}) < CONCURRENCY or len(outcomes) < 2 * CONCURRENCY:
+            await anyio.sleep(0.05)
+        await anyio.sleep(0.15)  # mid-call: each takes 0.3 s
+        killed.append(time.monotonic() - started)
         victim.proc.send_signal(signal.SIGKILL)
 
-    with anyio.fail_after(KILL_PHASE + 2 * CALL_LIMIT):
+    with anyio.fail_after(120 + AFTER_KILL + 2 * CALL_LIMIT):
         async with anyio.create_task_group() as tg:
             tg.start_soon(killer)
             for w in range(CONCURRENCY):
                 tg.start_soon(worker, w)
-    return outcomes
+    return outcomes, killed[0]
 
 
 async def main():
@@ -200,10 +208,11 @@ async def main():
             served = [r.log().count(" POST /mcp 200 ") for r in replicas]
             expect(all(n > 0 for n in served), f"one replica served nothing: POSTs per replica {served}")
 
-            outcomes = await kill_phase(url, replicas[0])
+            outcomes, kill_at = await kill_phase(url, replicas[0])
             expect(replicas[0].proc.poll() is not None, "the victim still runs")
             errors = [o for o in outcomes if o[2] != "ok"]
-            after = [o for o in outcomes if o[0] > KILL_AT + 1.5]
+            expect(all(o[0] > kill_at for o in errors), f"calls failed before the kill: {errors}")
+            after = [o for o in outcomes if o[0] > kill_at + 1.5]
             expect(errors, f"no call failed when a replica died mid-run: {outcomes}")
             expect(all(o[2].startswith("error: ") and len(o[2]) > 10 for o in errors),
                    f"a failure that is not a clear error: {errors}")
