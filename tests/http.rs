@@ -135,6 +135,54 @@ fn the_conformance_suite_passes_the_scenarios_that_apply() {
     }
 }
 
+/// The MCP Inspector's CLI (npm `@modelcontextprotocol/inspector` 2.x, Node 22) over HTTP with a
+/// bearer token: lists the tools and runs a script; without the token it is refused.
+#[test]
+fn the_inspector_cli_drives_the_server_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "inspector-token-0123456789abcdef";
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token).unwrap();
+    let served = Served::start(&["--auth-token-file", token_file.to_str().unwrap()]);
+    let inspector = fixtures()
+        .join("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
+    let run = |extra: &[&str]| {
+        let out = command(node22())
+            .arg(&inspector)
+            .args(["--cli", &served.url, "--transport", "http"])
+            .args(extra)
+            .current_dir(fixtures())
+            .output()
+            .expect("node 22 runs the Inspector (npm ci in tests/fixtures)");
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let auth = format!("Authorization: Bearer {token}");
+    let (ok, listed, err) = run(&["--header", &auth, "--method", "tools/list"]);
+    assert!(
+        ok && listed.contains("\"execute_code\"") && listed.contains("get_tool_signatures"),
+        "{listed}\n{err}"
+    );
+    let (ok, called, err) = run(&[
+        "--header",
+        &auth,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "execute_code",
+        "--tool-arg",
+        "code=print(6 * 7)",
+    ]);
+    assert!(
+        ok && called.contains(r#""stdout": "42\n""#) && called.contains(r#""isError": false"#),
+        "{called}\n{err}"
+    );
+    let (ok, out, err) = run(&["--method", "tools/list"]);
+    assert!(
+        !ok && !out.contains("execute_code"),
+        "without the token: {out}\n{err}"
+    );
+}
+
 fn replicas(mode: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client/replicas.py");
     let out = command("python3")
