@@ -183,17 +183,12 @@ fn the_inspector_cli_drives_the_server_over_http() {
     );
 }
 
+/// tests/mcp_client/replicas.py (needs `haproxy`, from Debian).
 fn replicas(mode: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client/replicas.py");
-    let out = command("python3")
-        .args([script, BIN, "--mode", mode])
-        .output()
-        .expect("python3 runs (pip install mcp==2.3.0; apt-get install haproxy)");
-    assert!(
-        out.status.success() && text(&out.stdout).contains(&format!("ok: replicas ({mode})")),
-        "replicas ({mode}) failed\n--- stdout\n{}\n--- stderr\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
+    crate::util::python_driver(
+        "replicas.py",
+        &["--mode", mode],
+        &format!("ok: replicas ({mode})"),
     );
 }
 

@@ -1,28 +1,15 @@
 //! The MCP front driven by a real MCP client (PyPI `mcp` 2.3.0) against real downstream servers
 //! (tests/fixtures), in both protocol modes: `legacy` (2025-11-25) and `auto` (2026-07-28).
 
-use crate::util::{text, BIN};
-
 fn check(name: &str, mode: &str) {
     check_over(name, mode, "stdio")
 }
 
 fn check_over(name: &str, mode: &str, transport: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client/checks.py");
-    let out = crate::util::command("python3")
-        .args([script, BIN, name, "--mode", mode, "--transport", transport])
-        .output()
-        .expect("python3 runs (install the client with: pip install mcp==2.3.0)");
-    assert!(
-        out.status.success(),
-        "check {name} ({mode}, {transport}) failed\n--- stdout\n{}\n--- stderr\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    assert!(
-        text(&out.stdout).starts_with(&format!("ok: {name} ({mode}")),
-        "{}",
-        text(&out.stdout)
+    crate::util::python_driver(
+        "checks.py",
+        &[name, "--mode", mode, "--transport", transport],
+        &format!("ok: {name} ({mode}"),
     );
 }
 

@@ -136,3 +136,21 @@ pub fn fixture(path: &str) -> String {
         env!("CARGO_MANIFEST_DIR")
     )
 }
+
+/// Runs one of the real-client drivers in tests/mcp_client (`python3 SCRIPT BIN ARGS...`); panics
+/// with its output unless it exits 0 with stdout starting with `ok` (the driver's own verdict).
+pub fn python_driver(script: &str, args: &[&str], ok: &str) {
+    let script = format!("{}/tests/mcp_client/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = command("python3")
+        .arg(&script)
+        .arg(BIN)
+        .args(args)
+        .output()
+        .expect("python3 runs (pip install mcp==2.3.0)");
+    assert!(
+        out.status.success() && text(&out.stdout).starts_with(ok),
+        "{script} {args:?} failed\n--- stdout\n{}\n--- stderr\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}

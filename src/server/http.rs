@@ -157,11 +157,10 @@ pub async fn serve_http(
     sessions.session_config.keep_alive = Some(http.session_idle);
     let sessions = Arc::new(sessions);
     let shutdown = CancellationToken::new();
-    let mut server = CodeModeServer::new(hub.clone(), pool.clone(), options);
-    server.announce_per_session = true;
-    let executions = server.executions.clone();
+    let server = CodeModeServer::new(hub.clone(), pool.clone(), options);
+    let draining = server.draining.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
+        move || Ok(server.for_new_session()),
         sessions.clone(),
         http.rmcp_config(shutdown.clone()),
     );
@@ -193,7 +192,7 @@ pub async fn serve_http(
             let signal = stop_signal().await;
             tracing::info!("{signal}: no new connections; waiting for running executions");
             stop_accepting.cancel();
-            executions.close();
+            draining.cancel();
             in_flight.close();
             if tokio::time::timeout(grace, in_flight.wait()).await.is_err() {
                 tracing::warn!(

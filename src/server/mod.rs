@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// What `execute_code` returns, as structured content (and as its JSON text copy).
 #[derive(Debug, Serialize, JsonSchema)]
@@ -125,11 +124,12 @@ pub struct CodeModeServer {
     hub: Arc<Hub>,
     pool: Arc<Pool>,
     options: ServeOptions,
-    /// Every running `execute_code`, across sessions: closed when the server drains for shutdown.
-    executions: TaskTracker,
-    /// Over HTTP each session is its own peer: announce tools/list_changed to it once it is
-    /// initialized (stdio announces to its one peer from `serve_stdio`).
-    announce_per_session: bool,
+    /// Cancelled when the server drains for shutdown: no new execution starts (shared by every
+    /// session's copy).
+    draining: CancellationToken,
+    /// Over HTTP, this session's copy: its peer is told of tools/list_changed until the session
+    /// ends (stdio announces to its one peer from `serve_stdio`).
+    session: Option<Session>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -140,8 +140,8 @@ impl CodeModeServer {
             hub,
             pool,
             options,
-            executions: TaskTracker::new(),
-            announce_per_session: false,
+            draining: CancellationToken::new(),
+            session: None,
             tool_router: Self::tool_router(),
         }
     }
@@ -158,12 +158,11 @@ impl CodeModeServer {
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        if self.executions.is_closed() {
+        if self.draining.is_cancelled() {
             return Ok(CallToolResult::error(vec![ContentBlock::text(
                 "the server is shutting down and starts no new executions; retry on another replica",
             )]));
         }
-        let _running = self.executions.token();
         let timeout = match args.timeout_s {
             None => self.options.limits.timeout,
             Some(s) if crate::config::timeout_within(s, self.options.max_timeout.as_secs_f64()) => {
@@ -311,8 +310,36 @@ impl ServerHandler for CodeModeServer {
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
-        if self.announce_per_session {
-            tokio::spawn(announce_changes(self.hub.changes(), context.peer));
+        if let Some(session) = &self.session {
+            let ended = session.ended.clone();
+            let announce = announce_changes(self.hub.changes(), context.peer);
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = announce => {}
+                    () = ended.cancelled() => {}
+                }
+            });
+        }
+    }
+}
+
+/// One HTTP session's copy of the server: `ended` is cancelled once rmcp drops the copy (the
+/// session closed or expired), so nothing started for the session outlives it.
+#[derive(Clone)]
+struct Session {
+    ended: CancellationToken,
+    _guard: Arc<tokio_util::sync::DropGuard>,
+}
+
+impl CodeModeServer {
+    fn for_new_session(&self) -> Self {
+        let ended = CancellationToken::new();
+        Self {
+            session: Some(Session {
+                _guard: Arc::new(ended.clone().drop_guard()),
+                ended,
+            }),
+            ..self.clone()
         }
     }
 }

@@ -26,24 +26,16 @@ import anyio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from checks import MODULES, CheckFailed, expect  # the same failure rule as checks.py
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-MODULES = HERE.parent / "fixtures" / "node_modules" / "@modelcontextprotocol"
 EXECUTIONS = 1000
 CONCURRENCY = 8
 # How long the kill phase runs after the replica dies (seconds). A call in flight on the dead
 # replica fails once the client gives up reconnecting its event stream (~6 s: retry 3 s).
 AFTER_KILL = 13.0
 CALL_LIMIT = 30.0
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def expect(condition, message):
-    if not condition:
-        raise CheckFailed(message)
 
 
 def free_port():
