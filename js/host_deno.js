@@ -194,16 +194,22 @@ replaceMethod(WebAssembly.Table.prototype, "grow", (grow) =>
 );
 
 // An instance's own memories and tables (not imported ones) are charged once it exists.
+// Memories and tables are objects, never functions (`typeof` cannot be fooled): Pyodide's
+// instance exports thousands of functions and imports a thousand, and a brand check that
+// throws builds an Error with a stack trace, so functions are passed over before any check.
 function chargeInstance(instance, imports) {
   const imported = [];
   const modules = ObjectValues(imports || {});
   for (let i = 0; i < modules.length; i++) {
     const values = ObjectValues(modules[i] || {});
-    for (let j = 0; j < values.length; j++) imported[imported.length] = values[j];
+    for (let j = 0; j < values.length; j++) {
+      if (typeof values[j] === "object" && values[j] !== null) imported[imported.length] = values[j];
+    }
   }
   const exported = ObjectValues(ReflectApply(instanceExports, instance, []));
   for (let i = 0; i < exported.length; i++) {
     const value = exported[i];
+    if (typeof value !== "object" || value === null) continue;
     let isImported = false;
     for (let j = 0; j < imported.length && !isImported; j++) isImported = imported[j] === value;
     if (isImported) continue;

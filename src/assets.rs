@@ -2,6 +2,7 @@
 //! our `js/`, re-exported) and the memory snapshot build.rs made with the core.
 
 pub use mcp_code_mode_sandbox::assets::*;
+use mcp_code_mode_sandbox::engine::Snapshot;
 
 /// The Pyodide memory snapshot build.rs made (see engine::make_snapshot), packed (see
 /// `pack_snapshot`): 31 MB in 8.6. A `static`, so the binary holds one copy.
@@ -9,13 +10,19 @@ static SNAPSHOT_PACKED: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/pyodide.snapshot.packed"));
 
 /// The snapshot every sandbox restores instead of booting, inflated once per process on first
-/// use. An `Option` because a sandbox may boot without one (`--no-snapshot`).
-pub fn snapshot() -> Option<&'static [u8]> {
-    static INFLATED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    Some(INFLATED.get_or_init(|| {
+/// use and kept: a thread pool restores it again and again.
+pub fn snapshot() -> Snapshot {
+    static INFLATED: std::sync::OnceLock<Snapshot> = std::sync::OnceLock::new();
+    INFLATED.get_or_init(snapshot_once).clone()
+}
+
+/// A copy of the snapshot of its own, for a process that restores once (the zygote): its
+/// sandbox takes the bytes without copying them, and they are freed once restored.
+pub fn snapshot_once() -> Snapshot {
+    Snapshot::new(
         unpack_snapshot(SNAPSHOT_PACKED)
-            .unwrap_or_else(|e| panic!("{e}: build.rs packed it, so this binary is damaged"))
-    }))
+            .unwrap_or_else(|e| panic!("{e}: build.rs packed it, so this binary is damaged")),
+    )
 }
 
 /// The snapshot as embedded, for the check that the binary holds it once.
@@ -39,9 +46,9 @@ mod tests {
         assert_eq!(unpack_snapshot(&packed).unwrap(), bytes);
         assert!(unpack_snapshot(&packed[..packed.len() - 3]).is_err());
         assert!(unpack_snapshot(&[]).is_err());
-        let real = snapshot().unwrap();
+        let real = snapshot();
         assert_eq!(
-            pack_snapshot(real),
+            pack_snapshot(&real),
             SNAPSHOT_PACKED,
             "packing is deterministic"
         );

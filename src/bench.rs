@@ -10,7 +10,7 @@
 mod http;
 
 use crate::config::{self, Config, ServerConfig};
-use crate::engine::{Job, Limits, Sandbox, SandboxConfig};
+use crate::engine::{Job, Limits, Sandbox, SandboxConfig, Snapshot};
 use crate::hub::Hub;
 use anyhow::{bail, Context};
 use parking_lot::Mutex;
@@ -187,10 +187,10 @@ fn progress(what: &str) {
 }
 
 /// Time from `Sandbox::new` to a sandbox ready for a job.
-pub async fn sandbox_start(snapshot: Option<&'static [u8]>, n: usize) -> anyhow::Result<Vec<f64>> {
+pub async fn sandbox_start(snapshot: Option<Snapshot>, n: usize) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::new();
     for _ in 0..n {
-        let config = SandboxConfig::new(Limits::default(), snapshot);
+        let config = SandboxConfig::new(Limits::default(), snapshot.clone());
         let started = Instant::now();
         let sandbox = Sandbox::new(config).await?;
         samples.push(ms(started.elapsed()));
@@ -653,7 +653,7 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
     let run = async {
         let sandbox = Sandbox::new(SandboxConfig {
             tools: hub.clone(),
-            ..SandboxConfig::new(Limits::default(), crate::assets::snapshot())
+            ..SandboxConfig::new(Limits::default(), Some(crate::assets::snapshot()))
         })
         .await?;
         let outcome = sandbox
@@ -721,7 +721,7 @@ async fn cold_starts(n: usize) -> anyhow::Result<Vec<f64>> {
 async fn heavy_loop(n: usize) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::new();
     for i in 0..=n {
-        let config = SandboxConfig::new(Limits::default(), crate::assets::snapshot());
+        let config = SandboxConfig::new(Limits::default(), Some(crate::assets::snapshot()));
         let sandbox = Sandbox::new(config).await?;
         let outcome = sandbox.execute(Job::new(HEAVY)).await;
         if let Some(e) = &outcome.error {
@@ -989,7 +989,7 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
 
     let (snap, plain) = if want(1) {
         progress("fresh sandboxes, from the snapshot and booting without it");
-        let snap = sandbox_start(crate::assets::snapshot(), plan.snapshot_starts)
+        let snap = sandbox_start(Some(crate::assets::snapshot()), plan.snapshot_starts)
             .await
             .map_err(failed);
         let plain = sandbox_start(None, plan.plain_starts).await.map_err(failed);

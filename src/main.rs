@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use mcp_code_mode::bridge::Stream;
 use mcp_code_mode::config::{self, Config};
 use mcp_code_mode::engine::pool::SPARE_CHILDREN;
-use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, SandboxConfig, ZygoteCommand};
+use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, SandboxConfig, Snapshot, ZygoteCommand};
 use mcp_code_mode::hub::Hub;
 use mcp_code_mode::server::ServeOptions;
 use std::io::{Read, Write};
@@ -74,12 +74,8 @@ struct SandboxArg {
 }
 
 /// The embedded snapshot, unless the user asked to boot from scratch.
-fn snapshot(no_snapshot: bool) -> Option<&'static [u8]> {
-    if no_snapshot {
-        None
-    } else {
-        mcp_code_mode::assets::snapshot()
-    }
+fn snapshot(no_snapshot: bool) -> Option<Snapshot> {
+    (!no_snapshot).then(mcp_code_mode::assets::snapshot)
 }
 
 /// The sandboxes `serve` and `run` take from. `ahead_of_demand`: for a server, how many thread
@@ -305,7 +301,8 @@ fn main() -> ExitCode {
         // Before any thread exists: the zygote forks itself.
         mcp_code_mode::engine::zygote::run(mcp_code_mode::engine::zygote::ZygoteOptions {
             limits: args.limits.limits(),
-            snapshot: snapshot(args.no_snapshot),
+            // Restored once: a copy of its own, freed once restored (see assets::snapshot_once).
+            snapshot: (!args.no_snapshot).then(mcp_code_mode::assets::snapshot_once),
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -443,7 +443,7 @@ async fn booting_without_the_snapshot_gives_the_same_python() {
     let a = execute_with(fresh, script).await;
     let b = execute(script).await;
     assert!(
-        mcp_code_mode::assets::snapshot().is_some(),
+        !mcp_code_mode::assets::snapshot().is_empty(),
         "the build embeds a snapshot"
     );
     assert_eq!(
@@ -455,8 +455,11 @@ async fn booting_without_the_snapshot_gives_the_same_python() {
 
 #[tokio::test]
 async fn pooled_sandboxes_share_no_state() {
-    let pool =
-        mcp_code_mode::engine::Pool::new(Limits::default(), mcp_code_mode::assets::snapshot(), 2);
+    let pool = mcp_code_mode::engine::Pool::new(
+        Limits::default(),
+        Some(mcp_code_mode::assets::snapshot()),
+        2,
+    );
     assert!(
         pool.wait_ready(2, Duration::from_secs(60)).await,
         "the pool fills"

@@ -16,7 +16,7 @@ pub async fn execute(code: &str) -> Outcome {
 
 /// A sandbox with `limits` restoring the embedded snapshot, as the server's are.
 pub fn config(limits: Limits) -> SandboxConfig {
-    SandboxConfig::new(limits, mcp_code_mode::assets::snapshot())
+    SandboxConfig::new(limits, Some(mcp_code_mode::assets::snapshot()))
 }
 
 pub async fn execute_with(config: SandboxConfig, code: &str) -> Outcome {

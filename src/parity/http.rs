@@ -13,7 +13,7 @@
 use crate::assets;
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{NoTools, SharedOutput, Stream, ToolBridge};
-use crate::engine::{self, Limits};
+use crate::engine::{self, Limits, Snapshot};
 use parking_lot::Mutex;
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
@@ -37,14 +37,14 @@ pub struct RunSettings {
     pub limits: Limits,
     pub seed: u64,
     /// The Pyodide memory snapshot the V8 host restores, when it restores one.
-    pub snapshot: Option<&'static [u8]>,
+    pub snapshot: Option<Snapshot>,
 }
 
 /// One browser run's state: its page finds it by the token in its URL.
 pub struct Session {
     pub token: String,
     settings_json: String,
-    snapshot: Option<&'static [u8]>,
+    snapshot: Option<Snapshot>,
     entropy: Mutex<ChaCha20Rng>,
     /// What the script printed, capped exactly as the V8 host caps it.
     pub output: SharedOutput,
@@ -71,7 +71,7 @@ impl Session {
         Ok(Session {
             token: token.iter().map(|b| format!("{b:02x}")).collect(),
             settings_json,
-            snapshot: settings.snapshot,
+            snapshot: settings.snapshot.clone(),
             entropy: Mutex::new(entropy),
             output: SharedOutput::new(settings.limits.max_output, None),
             tools: ToolBridge::new(Arc::new(NoTools)),
@@ -383,8 +383,8 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
     match (method, endpoint) {
         ("GET", "") => Response::ok("text/html; charset=utf-8", PAGE),
         ("GET", "settings") => Response::ok("application/json", session.settings_json.clone()),
-        ("GET", "snapshot") => match session.snapshot {
-            Some(bytes) => Response::ok("application/octet-stream", bytes),
+        ("GET", "snapshot") => match &session.snapshot {
+            Some(bytes) => Response::ok("application/octet-stream", bytes.as_slice()),
             None => Response::error(404, "this run boots without a memory snapshot"),
         },
         ("GET", "entropy") => entropy(&session, &request.query),

@@ -21,7 +21,7 @@ pub use compare::{compare, BrowserFacts, Comparison, FieldDiff, Inherent, Verdic
 
 use crate::bridge::{NoTools, ToolCallRecord, ToolHost};
 use crate::config::{self, Config};
-use crate::engine::{ErrorInfo, Job, Limits, Sandbox, SandboxConfig};
+use crate::engine::{ErrorInfo, Job, Limits, Sandbox, SandboxConfig, Snapshot};
 use crate::hub::{Hub, ServerState};
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -142,11 +142,7 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         // The V8 host's own default (the embedded snapshot), which the browser must restore too:
         // a fresh boot and a restored one differ in hash seed, random state and environment.
-        snapshot: if args.no_snapshot {
-            None
-        } else {
-            crate::assets::snapshot()
-        },
+        snapshot: (!args.no_snapshot).then(crate::assets::snapshot),
         config,
         scratch,
         server,
@@ -344,7 +340,7 @@ fn indent(s: &str) -> String {
 struct Runner {
     limits: Limits,
     seed: u64,
-    snapshot: Option<&'static [u8]>,
+    snapshot: Option<Snapshot>,
     config: Option<Config>,
     scratch: PathBuf,
     server: http::Server,
@@ -384,7 +380,7 @@ impl Runner {
 
         // Both hosts boot at once (boot does not touch downstream state); the jobs then run one
         // after the other, each against a fresh hub and scratch folder, and are timed alone.
-        let mut sandbox_config = SandboxConfig::new(self.limits, self.snapshot);
+        let mut sandbox_config = SandboxConfig::new(self.limits, self.snapshot.clone());
         sandbox_config.seed = Some(self.seed);
         let (sandbox, page) = tokio::join!(Sandbox::new(sandbox_config), self.boot_browser());
 
@@ -448,7 +444,7 @@ impl Runner {
         let session = self.server.open_session(&http::RunSettings {
             limits: self.limits,
             seed: self.seed,
-            snapshot: self.snapshot,
+            snapshot: self.snapshot.clone(),
         })?;
         let booted = async {
             let page = self

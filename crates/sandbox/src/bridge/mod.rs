@@ -174,7 +174,7 @@ fn only_sandbox_ops(op: OpDecl) -> OpDecl {
 
 /// The memory snapshot to restore, or where to send the one made (build time).
 pub struct SnapshotIo {
-    pub restore: Option<&'static [u8]>,
+    pub restore: Option<crate::engine::Snapshot>,
     pub made: Option<oneshot::Sender<Vec<u8>>>,
 }
 
@@ -434,14 +434,15 @@ async fn op_tools_call(
     port.call(server, tool, arguments_json, budget).await
 }
 
-/// The snapshot to restore, handed out once (a 31 MB copy).
+/// The snapshot to restore, handed out once: the bytes themselves if this sandbox holds the
+/// last reference (a zygote), else a 31 MB copy (a pool's sandboxes share one).
 #[op2]
 #[buffer]
 fn op_snapshot_read(state: &mut OpState) -> Result<Vec<u8>, JsErrorBox> {
     boot_only("op_snapshot_read")?;
     let snapshot = state.borrow_mut::<SnapshotIo>().restore.take();
     snapshot
-        .map(<[u8]>::to_vec)
+        .map(|shared| Arc::try_unwrap(shared).unwrap_or_else(|shared| shared.to_vec()))
         .ok_or_else(|| JsErrorBox::generic("this sandbox has no snapshot to restore"))
 }
 

@@ -60,7 +60,7 @@ pub struct SandboxConfig {
     pub live_output: Option<LiveOutput>,
     /// Restore this Pyodide memory snapshot instead of booting (the product embeds one, made by
     /// [`make_snapshot`]; None boots from scratch, ~10× slower, for comparison and debugging).
-    pub snapshot: Option<&'static [u8]>,
+    pub snapshot: Option<Snapshot>,
     /// Run a silent job while booting, so the first real job skips first-time compilation
     /// (~10 ms). Worth it for sandboxes booted ahead of demand (the pool), not for one-off runs.
     pub warm_up: bool,
@@ -68,7 +68,7 @@ pub struct SandboxConfig {
 
 impl SandboxConfig {
     /// A sandbox with `limits`, restoring `snapshot` (or booting, with None), without tools.
-    pub fn new(limits: Limits, snapshot: Option<&'static [u8]>) -> Self {
+    pub fn new(limits: Limits, snapshot: Option<Snapshot>) -> Self {
         Self {
             limits,
             seed: None,
@@ -79,6 +79,11 @@ impl SandboxConfig {
         }
     }
 }
+
+/// A Pyodide memory snapshot to restore (31 MB). Shared by the sandboxes a pool restores; a
+/// holder that is the last one (a zygote, which restores once) hands the bytes to V8 without a
+/// copy, and they are gone once restored.
+pub type Snapshot = Arc<Vec<u8>>;
 
 /// The seed a snapshot is made with: its hash seed and `random` state are then the same in every
 /// build. A restored sandbox reseeds `random`; the hash seed stays (see README).

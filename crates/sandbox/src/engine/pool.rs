@@ -6,7 +6,9 @@
 //! unchanged. Refilling runs in the background, one sandbox at a time, so a burst of requests is
 //! never slowed by several boots fighting for the cores.
 
-use super::{EngineError, ForkedSandbox, Limits, Sandbox, SandboxConfig, Zygote, ZygoteCommand};
+use super::{
+    EngineError, ForkedSandbox, Limits, Sandbox, SandboxConfig, Snapshot, Zygote, ZygoteCommand,
+};
 use crate::bridge::{NoTools, ToolHost};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -26,7 +28,7 @@ pub struct Pool {
 enum Source {
     Threads {
         limits: Limits,
-        snapshot: Option<&'static [u8]>,
+        snapshot: Option<Snapshot>,
     },
     Forks {
         command: ZygoteCommand,
@@ -43,7 +45,7 @@ pub const SPARE_CHILDREN: usize = 2;
 impl Pool {
     /// Thread sandboxes, `size` kept booted ahead of demand (0: boot each one on demand). Call
     /// from a tokio runtime.
-    pub fn new(limits: Limits, snapshot: Option<&'static [u8]>, size: usize) -> Arc<Pool> {
+    pub fn new(limits: Limits, snapshot: Option<Snapshot>, size: usize) -> Arc<Pool> {
         Self::start(Source::Threads { limits, snapshot }, size)
     }
 
@@ -169,7 +171,7 @@ impl Pool {
                 Sandbox::new(SandboxConfig {
                     warm_up: true,
                     tools: Arc::new(NoTools),
-                    ..SandboxConfig::new(*limits, *snapshot)
+                    ..SandboxConfig::new(*limits, snapshot.clone())
                 })
                 .await
             }

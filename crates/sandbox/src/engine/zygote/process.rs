@@ -26,7 +26,7 @@ pub const CONTROL_FD: RawFd = 3;
 /// What the zygote boots with (from its command line, see [`super::Zygote::start`]).
 pub struct ZygoteOptions {
     pub limits: Limits,
-    pub snapshot: Option<&'static [u8]>,
+    pub snapshot: Option<crate::engine::Snapshot>,
 }
 
 /// The zygote's main: never returns. Call before any thread exists.
@@ -224,7 +224,7 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
 
 /// The zygote's warm-up between forks: rounds of the runner's `warmRound` while no request is
 /// waiting, until they stop paying (V8 has tiered up what they exercise), then a full GC so that
-/// children do not inherit garbage to sweep.
+/// children do not inherit garbage to sweep, and freed memory handed back to the kernel.
 struct Warming {
     rounds: u32,
     best: Option<Duration>,
@@ -284,6 +284,11 @@ impl Warming {
         if self.rounds == Self::MAX_ROUNDS || self.flat >= Self::FLAT_ROUNDS {
             js.v8_isolate().low_memory_notification();
             while v8::Platform::pump_message_loop(platform, js.v8_isolate(), false) {}
+            // What boot and warm-up freed (the restored snapshot's bytes among it) goes back to
+            // the kernel: every fork copies the page tables of what stays (measured: the zygote
+            // 220 → 168 MB RSS).
+            // SAFETY: glibc's allocator, called from this process's only thread.
+            unsafe { libc::malloc_trim(0) };
             self.done = true;
             let micros = i32::try_from(took.as_micros()).unwrap_or(i32::MAX);
             let _ = control::send(CONTROL_FD, control::WARM, self.rounds as i32, micros, &[]);
