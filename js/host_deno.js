@@ -38,7 +38,8 @@ WebAssembly.instantiate = async function (source, imports) {
   const buffer = source instanceof ArrayBuffer ? source : source && source.buffer;
   if (!buffer || !pyodideWasmBuffers.has(buffer)) {
     const made = await ReflectApply(instantiate, this, [source, imports]);
-    chargeInstance(brand(instanceExports, made) ? made : made.instance, imports);
+    if (brand(instanceExports, made)) chargeInstance(made, source, imports);
+    else chargeInstance(made.instance, made.module, imports);
     return made;
   }
   let module = ops.op_wasm_cached_module();
@@ -46,7 +47,7 @@ WebAssembly.instantiate = async function (source, imports) {
     module = await WebAssembly.compile(source);
     ops.op_wasm_cache_module(module);
   }
-  const instance = chargeInstance(await ReflectApply(instantiate, this, [module, imports]), imports);
+  const instance = chargeInstance(await ReflectApply(instantiate, this, [module, imports]), module, imports);
   return { instance, module };
 };
 
@@ -113,6 +114,7 @@ const getter = (proto, name) => Object.getOwnPropertyDescriptor(proto, name).get
 const memoryBuffer = getter(WebAssembly.Memory.prototype, "buffer");
 const tableLength = getter(WebAssembly.Table.prototype, "length");
 const instanceExports = getter(WebAssembly.Instance.prototype, "exports");
+const moduleExports = WebAssembly.Module.exports;
 const bufferByteLength = getter(ArrayBuffer.prototype, "byteLength");
 const sharedBufferByteLength = getter(SharedArrayBuffer.prototype, "byteLength");
 
@@ -193,23 +195,24 @@ replaceMethod(WebAssembly.Table.prototype, "grow", (grow) =>
   },
 );
 
-// An instance's own memories and tables (not imported ones) are charged once it exists.
-// Memories and tables are objects, never functions (`typeof` cannot be fooled): Pyodide's
-// instance exports thousands of functions and imports a thousand, and a brand check that
-// throws builds an Error with a stack trace, so functions are passed over before any check.
-function chargeInstance(instance, imports) {
+// An instance's own memories and tables (not imported ones) are charged once it exists. Which
+// exports those are, V8 says from the module itself (`WebAssembly.Module.exports`, kinds read
+// from the binary): Pyodide's instance exports thousands of functions and globals, and a brand
+// check of each would throw (and build an Error with a stack trace) thousands of times per boot.
+function chargeInstance(instance, module, imports) {
   const imported = [];
   const modules = ObjectValues(imports || {});
   for (let i = 0; i < modules.length; i++) {
     const values = ObjectValues(modules[i] || {});
-    for (let j = 0; j < values.length; j++) {
-      if (typeof values[j] === "object" && values[j] !== null) imported[imported.length] = values[j];
-    }
+    for (let j = 0; j < values.length; j++) imported[imported.length] = values[j];
   }
-  const exported = ObjectValues(ReflectApply(instanceExports, instance, []));
-  for (let i = 0; i < exported.length; i++) {
-    const value = exported[i];
-    if (typeof value !== "object" || value === null) continue;
+  // V8 makes the exports object: frozen, with a null prototype, so reading it runs no script.
+  const exports = ReflectApply(instanceExports, instance, []);
+  const kinds = ReflectApply(moduleExports, undefined, [module]);
+  for (let i = 0; i < kinds.length; i++) {
+    const kind = kinds[i].kind;
+    if (kind !== "memory" && kind !== "table") continue;
+    const value = exports[kinds[i].name];
     let isImported = false;
     for (let j = 0; j < imported.length && !isImported; j++) isImported = imported[j] === value;
     if (isImported) continue;
@@ -226,7 +229,7 @@ function chargeInstance(instance, imports) {
   return instance;
 }
 replaceConstructor(WebAssembly, "Instance", (Instance, args, newTarget) =>
-  chargeInstance(ReflectConstruct(Instance, [args[0], args[1]], newTarget), args[1]),
+  chargeInstance(ReflectConstruct(Instance, [args[0], args[1]], newTarget), args[0], args[1]),
 );
 
 // Resizable and growable buffers reserve their maximum up front, outside the allocator.

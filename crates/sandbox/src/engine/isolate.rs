@@ -198,6 +198,12 @@ pub(super) fn create_runtime(state: SandboxState, fate: &Arc<Fate>) -> JsRuntime
         ..Default::default()
     });
     memory::gate_wasm_compilation(js.v8_isolate());
+    // deno_core asks V8 for a detailed stack trace of every error in case it goes uncaught, and
+    // V8 then computes source positions (re-parsing the functions on the stack) for each error
+    // made, caught or not. Pyodide's loader throws and catches hundreds while it boots; ours catch
+    // their own errors and report `error.stack`, which V8 still captures.
+    js.v8_isolate()
+        .set_capture_stack_trace_for_uncaught_exceptions(false, 0);
     {
         let op_state = js.op_state();
         let mut op_state = op_state.borrow_mut();
