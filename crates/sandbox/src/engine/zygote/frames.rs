@@ -3,8 +3,10 @@
 //! A frame is a 4-byte little-endian length, a 1-byte tag and the payload. Both sides read with
 //! a size limit: neither trusts the other to be well-formed (the child least of all).
 
+use bytes::{Buf, BytesMut};
 use std::io;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{Decoder, FramedRead};
 
 /// Parent to child, on the events socket.
 pub const JOB: u8 = 1;
@@ -40,21 +42,37 @@ pub fn header(tag: u8, len: usize) -> [u8; 5] {
     h
 }
 
-/// Reads one frame; `Ok(None)` at a clean end of stream.
-pub async fn read<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> io::Result<Option<Frame>> {
-    let mut h = [0u8; 5];
-    match r.read_exact(&mut h).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+/// Frames read from `r`, at most `max` bytes of payload each. Reading is cancel-safe (what was
+/// read of a frame stays in the reader's buffer), so it can race other work in a `select!`.
+pub fn reader<R: AsyncRead>(r: R, max: usize) -> FramedRead<R, FrameCodec> {
+    FramedRead::new(r, FrameCodec { max })
+}
+
+pub struct FrameCodec {
+    max: usize,
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> io::Result<Option<Frame>> {
+        let Some(h) = src.get(..5) else {
+            return Ok(None);
+        };
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        if len > self.max {
+            return Err(too_large(len, self.max));
+        }
+        if src.len() < 5 + len {
+            src.reserve(5 + len - src.len());
+            return Ok(None);
+        }
+        let tag = src[4];
+        src.advance(5);
+        let payload = src.split_to(len).to_vec();
+        Ok(Some(Frame { tag, payload }))
     }
-    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-    if len > max {
-        return Err(too_large(len, max));
-    }
-    let mut payload = vec![0u8; len];
-    r.read_exact(&mut payload).await?;
-    Ok(Some(Frame { tag: h[4], payload }))
 }
 
 pub async fn write<W: AsyncWrite + Unpin>(w: &mut W, tag: u8, parts: &[&[u8]]) -> io::Result<()> {
@@ -123,6 +141,55 @@ pub fn encode_result(id: u64, text: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
+
+    /// The parent races frame reads against finished tool calls in a `select!`: a read that
+    /// loses the race mid-frame must lose nothing (it once dropped the bytes it had read, and
+    /// the stream went out of step: "it sent an unknown frame (0)").
+    #[tokio::test]
+    async fn a_read_cancelled_mid_frame_loses_nothing() {
+        let (mut writer, read_end) = tokio::io::duplex(64);
+        let payload = vec![7u8; 300];
+        let sent = payload.clone();
+        tokio::spawn(async move {
+            for (tag, bytes) in [(STDOUT, sent.clone()), (REPORT, b"done".to_vec())] {
+                let mut frame = header(tag, bytes.len()).to_vec();
+                frame.extend_from_slice(&bytes);
+                for piece in frame.chunks(7) {
+                    writer.write_all(piece).await.unwrap();
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+            }
+        });
+        let mut frames = reader(read_end, 1024);
+        let mut got = Vec::new();
+        let mut cancelled = 0;
+        while got.len() < 2 {
+            tokio::select! {
+                frame = frames.next() => got.push(frame.unwrap().unwrap()),
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => cancelled += 1,
+            }
+        }
+        assert!(
+            cancelled > 10,
+            "the reads were interrupted mid-frame ({cancelled} times)"
+        );
+        assert_eq!((got[0].tag, &got[0].payload), (STDOUT, &payload));
+        assert_eq!((got[1].tag, &got[1].payload[..]), (REPORT, &b"done"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_frame_over_the_limit_is_refused() {
+        let (mut writer, read_end) = tokio::io::duplex(64);
+        writer.write_all(&header(STDOUT, 2000)).await.unwrap();
+        let mut frames = reader(read_end, 1024);
+        let e = frames.next().await.unwrap().err().expect("refused");
+        assert!(
+            e.to_string()
+                .contains("2000 bytes, more than the 1024 allowed"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn calls_round_trip_and_malformed_ones_are_refused() {

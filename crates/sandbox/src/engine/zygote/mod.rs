@@ -24,6 +24,7 @@ pub use process::{run, ZygoteOptions, CONTROL_FD};
 use super::{died_error, read_report, shape_outcome, timeout_error, EngineError, Limits};
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{LiveOutput, SharedOutput, Stream, ToolBridge, ToolHost};
+use futures::StreamExt;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -417,20 +418,21 @@ impl ForkedSandbox {
         deadline: tokio::time::Instant,
         limits: Limits,
     ) -> Ended {
-        let (mut reader, mut writer) = events.into_split();
+        let (reader, mut writer) = events.into_split();
         let first = serde_json::json!({"job": job, "seed": self.seed}).to_string();
         if let Err(e) = frames::write(&mut writer, frames::JOB, &[first.as_bytes()]).await {
             return Ended::Broken(format!("could not send the job: {e}"));
         }
-        let max = max_child_frame(limits.max_output);
+        // Cancel-safe: a call that finishes while a frame is half read loses none of it.
+        let mut frames = frames::reader(reader, max_child_frame(limits.max_output));
         let mut calls = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
-                frame = frames::read(&mut reader, max) => {
+                frame = frames.next() => {
                     let frame = match frame {
-                        Ok(Some(frame)) => frame,
-                        Ok(None) => return Ended::Broken("it closed its socket".into()),
-                        Err(e) => return Ended::Broken(format!("it sent a bad frame: {e}")),
+                        Some(Ok(frame)) => frame,
+                        None => return Ended::Broken("it closed its socket".into()),
+                        Some(Err(e)) => return Ended::Broken(format!("it sent a bad frame: {e}")),
                     };
                     match frame.tag {
                         frames::STDOUT => self.output.write(Stream::Stdout, &frame.payload),
@@ -535,9 +537,9 @@ impl Drop for ForkedSandbox {
 
 /// Answers the child's synchronous reads (the catalogue index, one server's tools).
 async fn serve_sync(sync: tokio::net::UnixStream, tools: ToolBridge) {
-    let (mut reader, mut writer) = sync.into_split();
-    let max = crate::bridge::tools::MAX_NAME_BYTES + 16;
-    while let Ok(Some(frame)) = frames::read(&mut reader, max).await {
+    let (reader, mut writer) = sync.into_split();
+    let mut frames = frames::reader(reader, crate::bridge::tools::MAX_NAME_BYTES + 16);
+    while let Some(Ok(frame)) = frames.next().await {
         let answer = match frame.tag {
             frames::CATALOG_INDEX => tools.catalog_index(),
             frames::SERVER_TOOLS => tools.server_tools(&frame.payload),
