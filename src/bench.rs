@@ -9,7 +9,7 @@
 
 mod http;
 
-use crate::config::{self, Config, ServerConfig};
+use crate::config::{self, Config, ServerConfig, Transport};
 use crate::engine::{Job, Limits, Sandbox, SandboxConfig, Snapshot};
 use crate::hub::Hub;
 use anyhow::{bail, Context};
@@ -639,10 +639,12 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
         path: PathBuf::from("<bench>"),
         servers: vec![ServerConfig {
             name: "everything".into(),
-            command: "node".into(),
-            args: vec![entry.to_string_lossy().into_owned(), "stdio".into()],
-            env: BTreeMap::new(),
-            cwd: None,
+            transport: Transport::Stdio {
+                command: "node".into(),
+                args: vec![entry.to_string_lossy().into_owned(), "stdio".into()],
+                env: BTreeMap::new(),
+                cwd: None,
+            },
             description: "server-everything, for the benchmark".into(),
             disabled: false,
             timeout: config::DEFAULT_TIMEOUT,

@@ -3,14 +3,16 @@
 //! Two shapes are accepted: ours, `{"servers": {...}}`, and the one Claude Desktop and Cursor use,
 //! `{"mcpServers": {...}}`, so an existing file can be pointed at as is. `${VAR}` and
 //! `${VAR:-default}` are expanded in `command`, `args`, `env` values and `cwd`, from the process
-//! environment and then from a `.env` file beside the config file.
+//! environment and then from a `.env` file beside the config file, and in `url` and `headers`
+//! values of servers reached over HTTP (their values are secrets: never shown in a message).
 //!
 //! Keys starting with `//` are comments (JSON has none) and are ignored.
 //!
 //! **Invariant:** every error names the file, and where it applies the server and the field, so a
 //! user can fix the file without reading this code. Problems that do not stop us from running
-//! (unknown keys, HTTP servers we cannot reach yet) are warnings, not errors, except a near miss
-//! of a known field (`"arg"`), which would silently drop what the user meant.
+//! (unknown keys) are warnings, not errors, except a near miss of a known field (`"arg"`), which
+//! would silently drop what the user meant. A server we cannot reach at all (the legacy SSE
+//! transport) is kept, with the reason, so a script that calls it is told why.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -52,6 +54,9 @@ const KNOWN_FIELDS: &[&str] = &[
     "args",
     "env",
     "cwd",
+    "url",
+    "headers",
+    "oauth",
     "description",
     "disabled",
     "timeout_s",
@@ -63,25 +68,91 @@ const KNOWN_FIELDS: &[&str] = &[
 pub struct Config {
     /// The file it came from, as given (used in messages).
     pub path: PathBuf,
-    /// Every stdio server, disabled ones included (marked), sorted by name.
+    /// Every server, disabled ones included (marked), sorted by name.
     pub servers: Vec<ServerConfig>,
 }
 
-/// One downstream server, started as a child process speaking MCP on stdio.
+/// One downstream server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub name: String,
-    pub command: String,
-    pub args: Vec<String>,
-    /// Added to (not replacing) the environment the child inherits.
-    pub env: BTreeMap<String, String>,
-    /// Working directory; a relative `cwd` in the file is resolved against the file's folder.
-    pub cwd: Option<PathBuf>,
+    /// How it is reached.
+    pub transport: Transport,
     /// Shown to the model next to the server's tools; empty when not set.
     pub description: String,
     pub disabled: bool,
     /// Longest a single tool call may take.
     pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// A child process speaking MCP on its stdin and stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Added to (not replacing) the environment the child inherits.
+        env: BTreeMap<String, String>,
+        /// Working directory; a relative `cwd` in the file is resolved against the file's folder.
+        cwd: Option<PathBuf>,
+    },
+    /// A remote server speaking streamable HTTP.
+    Http(HttpServer),
+    /// A server we have no client for; a call to it says why.
+    Unsupported { reason: String },
+}
+
+/// A server reached over streamable HTTP.
+#[derive(Clone, PartialEq)]
+pub struct HttpServer {
+    pub url: String,
+    /// Sent with every request (`${VAR}`-expanded: usually a token). Never logged or shown.
+    pub headers: BTreeMap<String, String>,
+    /// How to obtain a token when the server asks for OAuth (none set: a token saved by
+    /// `mcp-code-mode login`, or the interactive flow when the server asks).
+    pub oauth: OAuthSettings,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Header values and secrets are credentials: only their names are printed.
+        f.debug_struct("HttpServer")
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("oauth", &self.oauth)
+            .finish()
+    }
+}
+
+/// The `oauth` object of an HTTP server.
+#[derive(Clone, PartialEq, Default)]
+pub struct OAuthSettings {
+    /// A client registered with the authorization server ahead of time (else dynamic
+    /// registration).
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+    /// Scopes to ask for (else what the server's challenge or metadata suggests).
+    pub scopes: Vec<String>,
+    /// `client_credentials`: no person involved (machine to machine); needs `client_id` and
+    /// `client_secret`.
+    pub client_credentials: bool,
+    /// The loopback port the authorization redirect comes back to (0: any free port).
+    pub redirect_port: u16,
+}
+
+impl std::fmt::Debug for OAuthSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthSettings")
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<set>"),
+            )
+            .field("scopes", &self.scopes)
+            .field("client_credentials", &self.client_credentials)
+            .field("redirect_port", &self.redirect_port)
+            .finish()
+    }
 }
 
 /// Why the config could not be loaded. The CLI exits with status 2 on any of these.
@@ -213,9 +284,7 @@ pub fn load_with_env(
     let mut parsed = Vec::new();
     for (name, entry) in servers.iter().filter(|(name, _)| !is_comment(name)) {
         let ctx = Ctx { path, server: name };
-        if let Some(server) = parse_server(&ctx, entry, &vars, &base_dir)? {
-            parsed.push(server);
-        }
+        parsed.push(parse_server(&ctx, entry, &vars, &base_dir)?);
     }
     Ok(Config {
         path: path.to_path_buf(),
@@ -263,7 +332,7 @@ fn parse_server(
     entry: &Value,
     vars: &Vars,
     base_dir: &Path,
-) -> Result<Option<ServerConfig>, ConfigError> {
+) -> Result<ServerConfig, ConfigError> {
     let name = ctx.server;
     if !valid_name(name) {
         return Err(
@@ -272,35 +341,50 @@ fn parse_server(
     }
     let Value::Object(entry) = entry else {
         return Err(ctx.server_error(format!(
-            "expected an object with at least \"command\", got {}",
+            "expected an object with a \"command\" (a local server) or a \"url\" (a remote one), got {}",
             kind(entry)
         )));
     };
 
-    // Remote servers are common in copied Claude/Cursor files; skipping them keeps the rest usable.
-    let transport = match entry.get("type") {
+    let transport_type = match entry.get("type") {
         None => None,
         Some(Value::String(t)) => Some(t.as_str()),
         Some(other) => {
             return Err(ctx.field_error("type", format!("expected a string, got {}", kind(other))))
         }
     };
-    let remote = matches!(
-        transport,
-        Some("http" | "sse" | "streamable-http" | "streamableHttp")
-    );
-    if remote || entry.contains_key("url") {
-        tracing::warn!(
-            "{}: server \"{name}\" is skipped: HTTP/SSE servers (\"url\" or \"type\": \"http\"/\"sse\") are not supported yet, only stdio servers with a \"command\"",
-            ctx.path.display()
-        );
-        return Ok(None);
-    }
-    if let Some(t) = transport.filter(|t| *t != "stdio") {
-        return Err(ctx.field_error(
+    // Claude's and Cursor's names for the two transports we speak, and the legacy one we cannot.
+    let remote = match transport_type {
+        None => entry.contains_key("url"),
+        Some("stdio") => false,
+        Some("http" | "streamable-http" | "streamableHttp" | "sse") => true,
+        Some(t) => return Err(ctx.field_error(
             "type",
-            format!("unknown transport \"{t}\": only \"stdio\" is supported"),
-        ));
+            format!(
+                "unknown transport \"{t}\": use \"stdio\" (a \"command\") or \"http\" (a \"url\")"
+            ),
+        )),
+    };
+    for (field, wrong_for) in [
+        ("url", false),
+        ("headers", false),
+        ("oauth", false),
+        ("command", true),
+        ("args", true),
+        ("env", true),
+        ("cwd", true),
+    ] {
+        if entry.contains_key(field) && remote == wrong_for {
+            let (this, other) = if remote {
+                ("a remote server (\"url\")", "local")
+            } else {
+                ("a local server (\"command\")", "remote")
+            };
+            return Err(ctx.field_error(
+                field,
+                format!("belongs to {other} servers, but this is {this}: keep one kind per server"),
+            ));
+        }
     }
     for key in entry
         .keys()
@@ -314,8 +398,9 @@ fn parse_server(
             ));
         }
         tracing::warn!(
-            "{}: server \"{name}\": unknown field \"{key}\" ignored (known fields: command, args, env, cwd, description, disabled, timeout_s)",
-            ctx.path.display()
+            "{}: server \"{name}\": unknown field \"{key}\" ignored (known fields: {})",
+            ctx.path.display(),
+            KNOWN_FIELDS.join(", ")
         );
     }
 
@@ -335,6 +420,59 @@ fn parse_server(
         unset_ok: disabled,
         ..*vars
     };
+    let transport = if remote {
+        parse_remote(ctx, entry, vars, transport_type == Some("sse"))?
+    } else {
+        parse_stdio(ctx, entry, vars, base_dir)?
+    };
+
+    let description = match entry.get("description") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(d)) => d.clone(),
+        Some(other) => {
+            return Err(ctx.field_error(
+                "description",
+                format!("expected a string, got {}", kind(other)),
+            ))
+        }
+    };
+
+    let timeout = match entry.get("timeout_s") {
+        None | Some(Value::Null) => DEFAULT_TIMEOUT,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(s) if timeout_within(s, MAX_TIMEOUT_S) => Duration::from_secs_f64(s),
+            _ => {
+                return Err(ctx.field_error(
+                    "timeout_s",
+                    format!("expected a positive number of seconds (at most 86400), got {n}"),
+                ))
+            }
+        },
+        Some(other) => {
+            return Err(ctx.field_error(
+                "timeout_s",
+                format!("expected a positive number of seconds, got {}", kind(other)),
+            ))
+        }
+    };
+
+    Ok(ServerConfig {
+        name: name.to_owned(),
+        transport,
+        description,
+        disabled,
+        timeout,
+    })
+}
+
+type Entry = serde_json::Map<String, Value>;
+
+fn parse_stdio(
+    ctx: &Ctx,
+    entry: &Entry,
+    vars: &Vars,
+    base_dir: &Path,
+) -> Result<Transport, ConfigError> {
     let command = match entry.get("command") {
         Some(Value::String(c)) => vars.expand(ctx, "command", c)?,
         Some(other) => {
@@ -423,47 +561,232 @@ fn parse_server(
             ))
         }
     };
+    Ok(Transport::Stdio {
+        command,
+        args,
+        env,
+        cwd,
+    })
+}
 
-    let description = match entry.get("description") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(d)) => d.clone(),
+/// Headers rmcp sets itself for the protocol; a configured one would conflict.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "last-event-id",
+    "mcp-protocol-version",
+];
+
+fn parse_remote(
+    ctx: &Ctx,
+    entry: &Entry,
+    vars: &Vars,
+    legacy_sse: bool,
+) -> Result<Transport, ConfigError> {
+    let url = match entry.get("url") {
+        Some(Value::String(u)) => vars.expand(ctx, "url", u)?,
+        Some(other) => {
+            return Err(ctx.field_error("url", format!("expected a string, got {}", kind(other))))
+        }
+        None => return Err(ctx.field_error(
+            "url",
+            "is required for a remote server: its MCP endpoint, e.g. \"https://example.com/mcp\"",
+        )),
+    };
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|e| ctx.field_error("url", format!("is not a valid URL ({e})")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(ctx.field_error(
+            "url",
+            format!(
+                "expected an http:// or https:// URL with a host, got a \"{}:\" URL",
+                parsed.scheme()
+            ),
+        ));
+    }
+    if legacy_sse {
+        return Ok(Transport::Unsupported {
+            reason:
+                "it uses the legacy HTTP+SSE transport (\"type\": \"sse\"), which mcp-code-mode \
+                     has no client for; most such servers also serve streamable HTTP (often at \
+                     /mcp): use that URL with \"type\": \"http\""
+                    .to_owned(),
+        });
+    }
+
+    let mut headers = BTreeMap::new();
+    match entry.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (key, value) in map {
+                let field = format!("headers.{key}");
+                if http::HeaderName::from_bytes(key.as_bytes()).is_err() {
+                    return Err(ctx.field_error(&field, "is not a valid HTTP header name"));
+                }
+                if RESERVED_HEADERS.contains(&key.to_ascii_lowercase().as_str()) {
+                    return Err(ctx.field_error(
+                        &field,
+                        "is set by the MCP transport itself and cannot be configured",
+                    ));
+                }
+                let Value::String(value) = value else {
+                    return Err(
+                        ctx.field_error(&field, format!("expected a string, got {}", kind(value)))
+                    );
+                };
+                let value = vars.expand(ctx, &field, value)?;
+                if http::HeaderValue::from_str(&value).is_err() {
+                    // Not shown: header values are credentials.
+                    return Err(ctx.field_error(
+                        &field,
+                        "its value (not shown) is not a valid HTTP header value: it has a line break or another control character",
+                    ));
+                }
+                headers.insert(key.clone(), value);
+            }
+        }
         Some(other) => {
             return Err(ctx.field_error(
-                "description",
-                format!("expected a string, got {}", kind(other)),
+                "headers",
+                format!("expected an object of strings, got {}", kind(other)),
+            ))
+        }
+    }
+    let oauth = parse_oauth(ctx, entry.get("oauth"), vars)?;
+    if oauth != OAuthSettings::default()
+        && headers
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("authorization"))
+    {
+        return Err(ctx.field_error(
+            "oauth",
+            "and headers.Authorization both set the credential: keep one",
+        ));
+    }
+    Ok(Transport::Http(HttpServer {
+        url,
+        headers,
+        oauth,
+    }))
+}
+
+const OAUTH_FIELDS: &[&str] = &[
+    "client_id",
+    "client_secret",
+    "scopes",
+    "grant",
+    "redirect_port",
+];
+
+fn parse_oauth(
+    ctx: &Ctx,
+    value: Option<&Value>,
+    vars: &Vars,
+) -> Result<OAuthSettings, ConfigError> {
+    let map = match value {
+        None | Some(Value::Null) => return Ok(OAuthSettings::default()),
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            return Err(ctx.field_error("oauth", format!("expected an object, got {}", kind(other))))
+        }
+    };
+    if let Some(key) = map
+        .keys()
+        .find(|k| !OAUTH_FIELDS.contains(&k.as_str()) && !is_comment(k))
+    {
+        return Err(ctx.field_error(
+            &format!("oauth.{key}"),
+            format!("is not a known field (known: {})", OAUTH_FIELDS.join(", ")),
+        ));
+    }
+    let string = |key: &str| -> Result<Option<String>, ConfigError> {
+        let field = format!("oauth.{key}");
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => {
+                let s = vars.expand(ctx, &field, s)?;
+                if s.is_empty() {
+                    return Err(ctx.field_error(&field, "is empty"));
+                }
+                Ok(Some(s))
+            }
+            Some(other) => {
+                Err(ctx.field_error(&field, format!("expected a string, got {}", kind(other))))
+            }
+        }
+    };
+    let client_id = string("client_id")?;
+    let client_secret = string("client_secret")?;
+    let scopes = match map.get("scopes") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
+        Some(Value::Array(items)) => {
+            let mut scopes = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                match item {
+                    Value::String(s) if !s.trim().is_empty() => scopes.push(s.trim().to_owned()),
+                    other => {
+                        return Err(ctx.field_error(
+                            &format!("oauth.scopes[{i}]"),
+                            format!("expected a scope name, got {}", kind(other)),
+                        ))
+                    }
+                }
+            }
+            scopes
+        }
+        Some(other) => {
+            return Err(ctx.field_error(
+                "oauth.scopes",
+                format!("expected an array of scope names, got {}", kind(other)),
             ))
         }
     };
-
-    let timeout = match entry.get("timeout_s") {
-        None | Some(Value::Null) => DEFAULT_TIMEOUT,
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(s) if timeout_within(s, MAX_TIMEOUT_S) => Duration::from_secs_f64(s),
-            _ => {
+    let client_credentials = match string("grant")?.as_deref() {
+        None | Some("authorization_code") => false,
+        Some("client_credentials") => true,
+        Some(other) => {
+            return Err(ctx.field_error(
+                "oauth.grant",
+                format!("unknown grant \"{other}\": use \"authorization_code\" (a person signs in, the default) or \"client_credentials\" (machine to machine)"),
+            ))
+        }
+    };
+    if client_credentials && (client_id.is_none() || client_secret.is_none()) {
+        return Err(ctx.field_error(
+            "oauth.grant",
+            "\"client_credentials\" needs oauth.client_id and oauth.client_secret",
+        ));
+    }
+    if client_secret.is_some() && client_id.is_none() {
+        return Err(ctx.field_error("oauth.client_secret", "is set without oauth.client_id"));
+    }
+    let redirect_port = match map.get("redirect_port") {
+        None | Some(Value::Null) => 0,
+        Some(Value::Number(n)) => match n.as_u64().and_then(|p| u16::try_from(p).ok()) {
+            Some(port) => port,
+            None => {
                 return Err(ctx.field_error(
-                    "timeout_s",
-                    format!("expected a positive number of seconds (at most 86400), got {n}"),
+                    "oauth.redirect_port",
+                    format!("expected a port number (0 to 65535), got {n}"),
                 ))
             }
         },
         Some(other) => {
             return Err(ctx.field_error(
-                "timeout_s",
-                format!("expected a positive number of seconds, got {}", kind(other)),
+                "oauth.redirect_port",
+                format!("expected a port number, got {}", kind(other)),
             ))
         }
     };
-
-    Ok(Some(ServerConfig {
-        name: name.to_owned(),
-        command,
-        args,
-        env,
-        cwd,
-        description,
-        disabled,
-        timeout,
-    }))
+    Ok(OAuthSettings {
+        client_id,
+        client_secret,
+        scopes,
+        client_credentials,
+        redirect_port,
+    })
 }
 
 /// JSON has no comments: keys starting with `//` serve as comments and are ignored silently.
@@ -515,7 +838,8 @@ impl Vars<'_> {
             let Some(end) = body_and_tail.find('}') else {
                 return Err(ctx.field_error(
                     field,
-                    format!("unterminated \"${{\" in {input:?} (write $${{ for a literal ${{)"),
+                    // The value is not shown: in headers it is a credential.
+                    "unterminated \"${\" (write $${ for a literal ${)",
                 ));
             };
             let body = &body_and_tail[..end];
@@ -731,17 +1055,46 @@ mod tests {
         assert_eq!(config.servers.len(), 2);
         let fs = &config.servers[0];
         assert_eq!(fs.name, "fs");
-        assert_eq!(fs.command, "npx");
-        assert_eq!(fs.args, ["-y", "pkg", "/tmp"]);
-        assert_eq!(fs.env.get("A").map(String::as_str), Some("1"));
-        assert_eq!(fs.cwd.as_deref(), Some(d.dir.path().join("sub").as_path()));
+        let (command, args, env, cwd) = stdio(fs);
+        assert_eq!(command, "npx");
+        assert_eq!(*args, ["-y", "pkg", "/tmp"]);
+        assert_eq!(env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(cwd.as_deref(), Some(d.dir.path().join("sub").as_path()));
         assert_eq!(fs.description, "files");
         assert!(!fs.disabled);
         assert_eq!(fs.timeout, Duration::from_millis(2500));
         let off = &config.servers[1];
         assert!(off.disabled);
         assert_eq!(off.timeout, DEFAULT_TIMEOUT);
-        assert!(off.args.is_empty() && off.env.is_empty() && off.cwd.is_none());
+        let (_, args, env, cwd) = stdio(off);
+        assert!(args.is_empty() && env.is_empty() && cwd.is_none());
+    }
+
+    /// A local server's command, args, env and cwd (panics for another kind).
+    fn stdio(
+        server: &ServerConfig,
+    ) -> (
+        &String,
+        &Vec<String>,
+        &BTreeMap<String, String>,
+        &Option<PathBuf>,
+    ) {
+        match &server.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => (command, args, env, cwd),
+            other => panic!("{} is not a local server: {other:?}", server.name),
+        }
+    }
+
+    fn remote(server: &ServerConfig) -> &HttpServer {
+        match &server.transport {
+            Transport::Http(http) => http,
+            other => panic!("{} is not a remote server: {other:?}", server.name),
+        }
     }
 
     #[test]
@@ -761,22 +1114,130 @@ mod tests {
         let path = d.config(r#"{"servers": {"a": {"command": "x", "cwd": "/var/tmp"}}}"#);
         let config = load_in(&path, &[]).expect("loads");
         assert_eq!(
-            config.servers[0].cwd.as_deref(),
+            stdio(&config.servers[0]).3.as_deref(),
             Some(Path::new("/var/tmp"))
         );
     }
 
     #[test]
-    fn http_servers_are_skipped_not_errors() {
+    fn remote_servers_in_both_forms_with_headers_and_oauth() {
         let d = Dir::new();
+        d.write(".env", "TOKEN=s3cret\n");
         let path = d.config(
-            r#"{"servers": {"remote": {"url": "https://example.com/mcp"},
-                            "sse": {"type": "sse", "command": "x"},
-                            "local": {"type": "stdio", "command": "x"}}}"#,
+            r#"{"servers": {
+                "a": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}", "X-Team": "t1"}},
+                "b": {"type": "http", "url": "http://127.0.0.1:9/mcp", "timeout_s": 5,
+                      "oauth": {"client_id": "cid", "client_secret": "${TOKEN}", "scopes": "read write", "redirect_port": 8765}},
+                "c": {"type": "streamable-http", "url": "https://example.com/mcp",
+                      "oauth": {"grant": "client_credentials", "client_id": "m2m", "client_secret": "x", "scopes": ["s"]}},
+                "legacy": {"type": "sse", "url": "https://example.com/sse"},
+                "local": {"type": "stdio", "command": "x"}
+            }}"#,
         );
         let config = load_in(&path, &[]).expect("loads");
-        let names: Vec<_> = config.servers.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["local"]);
+        let a = remote(&config.servers[0]);
+        assert_eq!(a.url, "https://example.com/mcp");
+        assert_eq!(a.headers["Authorization"], "Bearer s3cret");
+        assert_eq!(a.headers["X-Team"], "t1");
+        assert_eq!(a.oauth, OAuthSettings::default());
+        let b = remote(&config.servers[1]);
+        assert_eq!(config.servers[1].timeout, Duration::from_secs(5));
+        assert_eq!(b.oauth.client_id.as_deref(), Some("cid"));
+        assert_eq!(b.oauth.client_secret.as_deref(), Some("s3cret"));
+        assert_eq!(b.oauth.scopes, ["read", "write"]);
+        assert_eq!(b.oauth.redirect_port, 8765);
+        assert!(!b.oauth.client_credentials);
+        let c = remote(&config.servers[2]);
+        assert!(c.oauth.client_credentials);
+        assert_eq!(c.oauth.scopes, ["s"]);
+        match &config.servers[3].transport {
+            Transport::Unsupported { reason } => {
+                assert!(reason.contains("\"type\": \"http\""), "{reason}")
+            }
+            other => panic!("legacy SSE is kept as unsupported, got {other:?}"),
+        }
+        stdio(&config.servers[4]);
+        // Secrets stay out of debug output.
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains("Authorization"), "{debug}");
+    }
+
+    #[test]
+    fn remote_server_errors_name_the_field_and_never_a_header_value() {
+        let d = Dir::new();
+        let cases = [
+            (
+                r#"{"url": 5}"#,
+                "field \"url\": expected a string, got a number",
+            ),
+            (
+                r#"{"type": "http"}"#,
+                "field \"url\": is required for a remote server",
+            ),
+            (
+                r#"{"url": "ftp://example.com/x"}"#,
+                "field \"url\": expected an http:// or https:// URL",
+            ),
+            (
+                r#"{"url": "not a url"}"#,
+                "field \"url\": is not a valid URL",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "command": "x"}"#,
+                "field \"command\": belongs to local servers, but this is a remote server",
+            ),
+            (
+                r#"{"command": "x", "headers": {}}"#,
+                "field \"headers\": belongs to remote servers, but this is a local server",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "headers": {"Bad Name": "v"}}"#,
+                "field \"headers.Bad Name\": is not a valid HTTP header name",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "headers": {"Accept": "v"}}"#,
+                "field \"headers.Accept\": is set by the MCP transport itself",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "headers": {"X": "top-secret\n"}}"#,
+                "field \"headers.X\": its value (not shown)",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "headers": {"X": "top-secret${OOPS"}}"#,
+                "field \"headers.X\": unterminated",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"grant": "password"}}"#,
+                "field \"oauth.grant\": unknown grant \"password\"",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"grant": "client_credentials"}}"#,
+                "needs oauth.client_id and oauth.client_secret",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"clientid": "x"}}"#,
+                "field \"oauth.clientid\": is not a known field",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"redirect_port": 70000}}"#,
+                "field \"oauth.redirect_port\": expected a port number",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"client_id": "x"}, "headers": {"authorization": "y"}}"#,
+                "and headers.Authorization both set the credential",
+            ),
+            (
+                r#"{"type": "websocket", "url": "wss://e.com"}"#,
+                "unknown transport \"websocket\"",
+            ),
+        ];
+        for (entry, expected) in cases {
+            let path = d.config(&format!(r#"{{"servers": {{"r": {entry}}}}}"#));
+            let e = error(&path, &[]);
+            assert!(e.contains(expected), "{entry}: {e}");
+            assert!(!e.contains("top-secret"), "a header value leaked: {e}");
+        }
     }
 
     #[test]
@@ -787,7 +1248,7 @@ mod tests {
                             "on": {"command": "y"}}}"#,
         );
         let config = load_in(&path, &[]).expect("loads");
-        assert_eq!(config.servers[0].env["K"], "${UNSET_TOKEN}");
+        assert_eq!(stdio(&config.servers[0]).2["K"], "${UNSET_TOKEN}");
         let path =
             d.config(r#"{"servers": {"on": {"command": "x", "env": {"K": "${UNSET_TOKEN}"}}}}"#);
         let e = load_in(&path, &[])
@@ -846,13 +1307,13 @@ mod tests {
         )
         .expect("loads");
         let a = &config.servers[0];
-        assert_eq!(a.command, "node");
+        assert_eq!(stdio(a).0, "node");
         assert_eq!(
-            a.args,
+            *stdio(a).1,
             ["--root=/srv", "fallback", "$HOME", "${LITERAL}", ""]
         );
-        assert_eq!(a.env["TOKEN"], "Bearer s3cret");
-        assert_eq!(a.cwd.as_deref(), Some(Path::new("/opt")));
+        assert_eq!(stdio(a).2["TOKEN"], "Bearer s3cret");
+        assert_eq!(stdio(a).3.as_deref(), Some(Path::new("/opt")));
     }
 
     #[test]
@@ -866,14 +1327,14 @@ mod tests {
             r#"{"servers": {"a": {"command": "x", "env": {"T": "${TOKEN}", "O": "${OTHER}", "S": "${SINGLE}", "P": "${PLAIN}"}}}}"#,
         );
         let a = &load_in(&path, &[]).expect("loads").servers[0];
-        assert_eq!(a.env["T"], "from-file");
-        assert_eq!(a.env["O"], "a \"quoted\" value");
-        assert_eq!(a.env["S"], "$raw");
-        assert_eq!(a.env["P"], "x");
+        assert_eq!(stdio(a).2["T"], "from-file");
+        assert_eq!(stdio(a).2["O"], "a \"quoted\" value");
+        assert_eq!(stdio(a).2["S"], "$raw");
+        assert_eq!(stdio(a).2["P"], "x");
         let a = &load_in(&path, &[("TOKEN", "from-env")])
             .expect("loads")
             .servers[0];
-        assert_eq!(a.env["T"], "from-env");
+        assert_eq!(stdio(a).2["T"], "from-env");
     }
 
     #[test]
@@ -1008,7 +1469,7 @@ mod tests {
             (
                 r#""command": "x", "type": "websocket""#,
                 "type",
-                "unknown transport \"websocket\": only \"stdio\" is supported",
+                "unknown transport \"websocket\": use \"stdio\" (a \"command\") or \"http\" (a \"url\")",
             ),
         ];
         for (fields, field, message) in cases {
@@ -1033,7 +1494,7 @@ mod tests {
         ));
         let path = d.config(r#"{"servers": {"a": "npx"}}"#);
         assert!(error(&path, &[])
-            .ends_with("server \"a\": expected an object with at least \"command\", got a string"));
+            .ends_with("server \"a\": expected an object with a \"command\" (a local server) or a \"url\" (a remote one), got a string"));
         let long = "x".repeat(65);
         let path = d.config(&format!(
             r#"{{"servers": {{"{long}": {{"command": "x"}}}}}}"#
@@ -1081,19 +1542,22 @@ mod tests {
         let names: Vec<_> = config.servers.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
-            ["filesystem", "memory"],
-            "the HTTP example is skipped"
+            ["filesystem", "memory", "github", "linear"],
+            "every example loads"
         );
-        assert_eq!(config.servers[0].args[2], "/home/u/projects");
+        assert_eq!(stdio(&config.servers[0]).1[2], "/home/u/projects");
         assert_eq!(config.servers[0].timeout, Duration::from_secs(30));
+        let (_, _, env, cwd) = stdio(&config.servers[1]);
+        assert_eq!(env["MEMORY_FILE_PATH"], "/tmp/mcp-code-mode-memory.jsonl");
         assert_eq!(
-            config.servers[1].env["MEMORY_FILE_PATH"],
-            "/tmp/mcp-code-mode-memory.jsonl"
-        );
-        assert_eq!(
-            config.servers[1].cwd.as_deref(),
+            cwd.as_deref(),
             Some(path.parent().expect("a folder").join(".").as_path())
         );
+        let github = remote(&config.servers[2]);
+        assert!(config.servers[2].disabled);
+        assert_eq!(github.headers["Authorization"], "Bearer ${GITHUB_TOKEN}");
+        let linear = remote(&config.servers[3]);
+        assert_eq!(linear.oauth.redirect_port, 0);
     }
 
     #[test]

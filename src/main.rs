@@ -389,19 +389,38 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Stderr for log lines, with every UUID masked: an HTTP session's id is a credential for that
-/// session, and rmcp names it in its own log events (at info, and in some errors).
+/// Stderr for log lines, with credentials masked wherever a library names them: every UUID (an
+/// HTTP session's id is a credential for that session, and rmcp names it at info and in some
+/// errors), a URL's query and user info (a remote server's URL may carry a key, and rmcp and
+/// reqwest print whole URLs in errors), and any `Bearer` token.
 struct RedactedStderr;
 
 impl Write for RedactedStderr {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        static UUID: std::sync::LazyLock<regex::bytes::Regex> = std::sync::LazyLock::new(|| {
-            regex::bytes::Regex::new(
+        use regex::bytes::Regex;
+        use std::sync::LazyLock;
+        static UUID: LazyLock<Regex> = LazyLock::new(|| {
+            Regex::new(
                 "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
             )
             .expect("a valid pattern")
         });
+        static URL: LazyLock<Regex> = LazyLock::new(|| {
+            Regex::new(r#"(https?://)(?:[^/\s"'@]*@)?([^\s"'?#]*)(\?[^\s"'#)]*)?"#)
+                .expect("a valid pattern")
+        });
+        static BEARER: LazyLock<Regex> = LazyLock::new(|| {
+            Regex::new(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+").expect("a valid pattern")
+        });
         let masked = UUID.replace_all(line, &b"<id>"[..]);
+        let masked = URL.replace_all(&masked, |c: &regex::bytes::Captures| {
+            let mut url = [&c[1], &c[2]].concat();
+            if c.get(3).is_some() {
+                url.extend_from_slice(b"?<query hidden>");
+            }
+            url
+        });
+        let masked = BEARER.replace_all(&masked, &b"${1}<token>"[..]);
         std::io::stderr().write_all(&masked)?;
         Ok(line.len())
     }

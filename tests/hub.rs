@@ -2,7 +2,7 @@
 //! catalogue, calls and their result shapes, failures, crashes and restarts, list changes, shutdown.
 
 use mcp_code_mode::bridge::{ToolCallError, ToolHost};
-use mcp_code_mode::config::{Config, ServerConfig};
+use mcp_code_mode::config::{Config, ServerConfig, Transport};
 use mcp_code_mode::hub::{Hub, ServerState};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -19,7 +19,10 @@ fn fixtures() -> PathBuf {
 fn memory_server(dir: &std::path::Path) -> ServerConfig {
     let mut memory = node_server("memory", "server-memory", &[]);
     let file = dir.join("memory.jsonl").to_string_lossy().into_owned();
-    memory.env.insert("MEMORY_FILE_PATH".into(), file);
+    let Transport::Stdio { env, .. } = &mut memory.transport else {
+        unreachable!("node_server makes a local server")
+    };
+    env.insert("MEMORY_FILE_PATH".into(), file);
     memory
 }
 
@@ -41,10 +44,12 @@ fn node_server(name: &str, package: &str, args: &[&str]) -> ServerConfig {
 fn server(name: &str, command: &str, args: Vec<String>) -> ServerConfig {
     ServerConfig {
         name: name.to_owned(),
-        command: command.to_owned(),
-        args,
-        env: BTreeMap::new(),
-        cwd: None,
+        transport: Transport::Stdio {
+            command: command.to_owned(),
+            args,
+            env: BTreeMap::new(),
+            cwd: None,
+        },
         description: format!("the {name} test server"),
         disabled: false,
         timeout: Duration::from_secs(20),
@@ -323,7 +328,10 @@ async fn failing_servers_do_not_block_the_others() {
     );
     crashes.description = String::new();
     let mut bad_cwd = node_server("badcwd", "server-everything", &[]);
-    bad_cwd.cwd = Some(PathBuf::from("/nonexistent/dir/for/mcp"));
+    let Transport::Stdio { cwd, .. } = &mut bad_cwd.transport else {
+        unreachable!("a local server")
+    };
+    *cwd = Some(PathBuf::from("/nonexistent/dir/for/mcp"));
     let config = config(vec![
         server("ghost", "/nonexistent/bin/mcp-server-ghost", vec![]),
         crashes,
@@ -560,7 +568,10 @@ async fn tools_list_changed_refreshes_the_catalog() {
         "node",
         vec![script.to_string_lossy().into_owned()],
     );
-    changer.env.insert(
+    let Transport::Stdio { env, .. } = &mut changer.transport else {
+        unreachable!("a local server")
+    };
+    env.insert(
         "NODE_PATH".into(),
         fixtures()
             .join("node_modules")

@@ -10,6 +10,7 @@
 //! [`ToolHost::call`]; dropping that future aborts the call, which sends `notifications/cancelled`
 //! downstream.
 
+mod remote;
 mod server;
 pub mod shape;
 mod wire;

@@ -1,5 +1,5 @@
-//! server — one downstream server's life: spawn the process, connect, list tools, watch it, and
-//! restart it with backoff when it dies.
+//! server — one downstream server's life: spawn the process (or reach the URL), connect, list
+//! tools, watch it, and restart it with backoff when it dies.
 //!
 //! Each enabled server has one supervisor task that owns its connection. Everyone else sees the
 //! server only through its [`Phase`] (a `watch` channel), so a call never blocks on the supervisor.
@@ -10,11 +10,11 @@
 
 use super::shape::{printable, tool_specs};
 use crate::bridge::ToolSpec;
-use crate::config::ServerConfig;
+use crate::config::{HttpServer, ServerConfig, Transport};
 use futures::future::{Fuse, FusedFuture, FutureExt};
 use parking_lot::Mutex;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{NotificationContext, Peer, QuitReason, RoleClient, ServiceExt};
 use rmcp::ClientHandler;
 use std::collections::{HashSet, VecDeque};
@@ -39,6 +39,8 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 const STDERR_TAIL_LINES: usize = 5;
+/// A server's tools are listed again at most this often, however often it says they changed.
+const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// Longest stderr line a server gets logged; the rest of a longer one is dropped.
 const MAX_STDERR_LINE: usize = 16 * 1024;
 
@@ -205,7 +207,7 @@ impl Slot {
 /// "restarting in 2 s" / "restarting now", for messages about a server that is down.
 pub(crate) fn retry_text(retry_at: Option<Instant>) -> String {
     match retry_at {
-        None => "it will not be restarted (mcp-code-mode is shutting down)".to_owned(),
+        None => "it will not be restarted".to_owned(),
         Some(at) => {
             let left = at.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -228,6 +230,17 @@ pub(crate) fn seconds(d: Duration) -> String {
 
 /// Runs one server until the hub shuts down.
 pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>) {
+    if let Transport::Unsupported { reason } = &slot.config.transport {
+        tracing::warn!("MCP server '{}' cannot be started: {reason}", slot.name());
+        shared.set_and_bump(
+            &slot,
+            Phase::Down {
+                reason: reason.clone(),
+                retry_at: None,
+            },
+        );
+        return;
+    }
     let mut backoff = FIRST_BACKOFF;
     let shutdown = shared.shutdown.clone();
     let name = slot.name().to_owned();
@@ -302,7 +315,7 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>) {
         }
     }
     slot.set(Phase::Down {
-        reason: "it was stopped".to_owned(),
+        reason: "it was stopped: mcp-code-mode is shutting down".to_owned(),
         retry_at: None,
     });
     shared.bump();
@@ -317,13 +330,14 @@ enum Ended {
 type QuitFuture =
     Fuse<Pin<Box<dyn Future<Output = Result<QuitReason, tokio::task::JoinError>> + Send>>>;
 
-/// A started server: its connection, its process, and how to stop both.
+/// A started server: its connection, its process (none for a remote server), and how to stop
+/// both.
 struct Instance {
     live: Arc<Live>,
     quit: QuitFuture,
-    /// Cancelling it closes the connection (our end of its stdin).
+    /// Cancelling it closes the connection (our end of its stdin, or the HTTP session).
     connection: CancellationToken,
-    process: Process,
+    process: Option<Process>,
 }
 
 /// The child process, owned by a watcher task; this handle only observes and kills it.
@@ -381,11 +395,14 @@ impl Instance {
         if !self.quit.is_terminated() {
             let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.quit).await;
         }
-        if self.process.wait_exit(EXIT_GRACE).await.is_none() {
-            self.process.kill_and_wait().await;
+        let Some(mut process) = self.process else {
+            return;
+        };
+        if process.wait_exit(EXIT_GRACE).await.is_none() {
+            process.kill_and_wait().await;
         }
         // The group may outlive its leader; the watcher kills it once the leader is reaped.
-        drop(self.process.kill);
+        drop(process.kill);
     }
 }
 
@@ -397,33 +414,58 @@ async fn watch_running(slot: &Slot, shared: &Shared, mut instance: Instance) -> 
         Exited(Option<Exit>),
         ToolsChanged,
     }
+    // When the tools may next be listed again (see RELIST_INTERVAL).
+    let mut next_listing = tokio::time::Instant::now();
     let ended = loop {
+        let exited = async {
+            match instance.process.as_mut() {
+                Some(process) => process
+                    .exited
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|e| e.clone()),
+                None => std::future::pending().await,
+            }
+        };
         let event = tokio::select! {
             _ = shared.shutdown.cancelled() => Event::Shutdown,
             _ = &mut instance.quit => Event::Closed,
-            exit = instance.process.exited.wait_for(Option::is_some) => {
-                Event::Exited(exit.ok().and_then(|e| e.clone()))
-            }
+            exit = exited => Event::Exited(exit),
             _ = slot.refresh.notified() => Event::ToolsChanged,
         };
         match event {
             Event::Shutdown => break Ended::Shutdown,
             Event::Closed => {
                 // The connection closed, usually because the process exited: name how, if it did.
-                let reason = match instance.process.wait_exit(Duration::from_secs(2)).await {
-                    Some(exit) => instance.process.describe_exit(exit).await,
-                    None => "closed its connection (its stdout) while still running".to_owned(),
+                let reason = match instance.process.as_mut() {
+                    None => {
+                        "closed the connection (its HTTP session ended or could not be resumed)"
+                            .to_owned()
+                    }
+                    Some(process) => match process.wait_exit(Duration::from_secs(2)).await {
+                        Some(exit) => process.describe_exit(exit).await,
+                        None => "closed its connection (its stdout) while still running".to_owned(),
+                    },
                 };
                 break Ended::Down(reason);
             }
             Event::Exited(exit) => {
-                let reason = match exit {
-                    Some(exit) => instance.process.describe_exit(exit).await,
-                    None => "exited".to_owned(),
+                let reason = match (exit, instance.process.as_mut()) {
+                    (Some(exit), Some(process)) => process.describe_exit(exit).await,
+                    _ => "exited".to_owned(),
                 };
                 break Ended::Down(reason);
             }
-            Event::ToolsChanged => refresh_tools(slot, shared, &mut instance).await,
+            Event::ToolsChanged => {
+                // Changes announced meanwhile are taken in by this one listing.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next_listing) => {}
+                    _ = shared.shutdown.cancelled() => break Ended::Shutdown,
+                }
+                refresh_tools(slot, shared, &mut instance).await;
+                next_listing = tokio::time::Instant::now() + RELIST_INTERVAL;
+            }
         }
     };
     tracing::debug!("MCP server '{name}' supervisor leaves the running state");
@@ -468,10 +510,12 @@ struct HubClient {
 
 impl ClientHandler for HubClient {
     fn get_info(&self) -> ClientConfig {
+        // The handshake every server we meet speaks (2026-07-28 servers also accept it).
         ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("mcp-code-mode", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -481,10 +525,33 @@ impl ClientHandler for HubClient {
     }
 }
 
-/// Spawns the process, connects, and lists its tools, all within [`INIT_TIMEOUT`].
+/// Connects (spawning the process of a local server) and lists the tools, within
+/// [`INIT_TIMEOUT`].
 async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
-    let config = &slot.config;
-    let (mut process, stdout, stdin, pid) = spawn(config, shared)?;
+    match &slot.config.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let spawned = spawn(
+                &slot.config.name,
+                command,
+                args,
+                env,
+                cwd.as_deref(),
+                shared,
+            )?;
+            start_local(slot, spawned).await
+        }
+        Transport::Http(server) => start_remote(slot, server).await,
+        Transport::Unsupported { reason } => Err(reason.clone()),
+    }
+}
+
+async fn start_local(slot: &Slot, spawned: Spawned) -> Result<Instance, String> {
+    let (mut process, stdout, stdin, pid) = spawned;
     let connection = CancellationToken::new();
     let handler = HubClient {
         refresh: slot.refresh.clone(),
@@ -511,18 +578,7 @@ async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
     };
     let failure = match outcome {
         Ok(Ok((service, tools))) => {
-            let live = Arc::new(Live {
-                peer: service.peer().clone(),
-                tools: Arc::new(tool_specs(&tools)),
-                pid,
-            });
-            return Ok(Instance {
-                live,
-                quit: (Box::pin(service.waiting()) as Pin<Box<dyn Future<Output = _> + Send>>)
-                    .fuse(),
-                connection,
-                process,
-            });
+            return Ok(instance(service, &tools, pid, connection, Some(process)))
         }
         Ok(Err(reason)) => reason,
         Err(_) => format!(
@@ -549,6 +605,69 @@ async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
     Err(reason)
 }
 
+/// Connects to a server over streamable HTTP and lists its tools.
+async fn start_remote(slot: &Slot, server: &HttpServer) -> Result<Instance, String> {
+    let name = slot.name();
+    let connection = CancellationToken::new();
+    let handler = HubClient {
+        refresh: slot.refresh.clone(),
+    };
+    let http = super::remote::http_client(slot.config.timeout)?;
+    let config = super::remote::transport_config(server)?;
+    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+        super::remote::Guarded::new(name, http),
+        config,
+    );
+    let connect = async {
+        let service = handler
+            .serve_with_ct(transport, connection.clone())
+            .await
+            .map_err(|e| super::remote::describe_failure(name, server, &e))?;
+        let tools = service.peer().list_all_tools().await.map_err(|e| {
+            format!(
+                "listing its tools failed: {}",
+                super::remote::describe_failure(name, server, &e)
+            )
+        })?;
+        Ok::<_, String>((service, tools))
+    };
+    match tokio::time::timeout(INIT_TIMEOUT, connect).await {
+        Ok(Ok((service, tools))) => Ok(instance(service, &tools, None, connection, None)),
+        Ok(Err(reason)) => {
+            connection.cancel();
+            Err(format!("failed to start: {reason}"))
+        }
+        Err(_) => {
+            connection.cancel();
+            Err(format!(
+                "failed to start: {} did not finish initializing within {}",
+                super::remote::shown_url(&server.url),
+                seconds(INIT_TIMEOUT)
+            ))
+        }
+    }
+}
+
+fn instance(
+    service: rmcp::service::RunningService<RoleClient, HubClient>,
+    tools: &[rmcp::model::Tool],
+    pid: Option<u32>,
+    connection: CancellationToken,
+    process: Option<Process>,
+) -> Instance {
+    let live = Arc::new(Live {
+        peer: service.peer().clone(),
+        tools: Arc::new(tool_specs(tools)),
+        pid,
+    });
+    Instance {
+        live,
+        quit: (Box::pin(service.waiting()) as Pin<Box<dyn Future<Output = _> + Send>>).fuse(),
+        connection,
+        process,
+    }
+}
+
 type Spawned = (
     Process,
     tokio::process::ChildStdout,
@@ -557,8 +676,15 @@ type Spawned = (
 );
 
 /// Starts the child in its own process group, with stderr piped to our log.
-fn spawn(config: &ServerConfig, shared: &Arc<Shared>) -> Result<Spawned, String> {
-    if let Some(cwd) = &config.cwd {
+fn spawn(
+    name: &str,
+    program: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    cwd: Option<&std::path::Path>,
+    shared: &Arc<Shared>,
+) -> Result<Spawned, String> {
+    if let Some(cwd) = cwd {
         if !cwd.is_dir() {
             return Err(format!(
                 "failed to start: its working directory {} does not exist (\"cwd\" in the config)",
@@ -566,14 +692,14 @@ fn spawn(config: &ServerConfig, shared: &Arc<Shared>) -> Result<Spawned, String>
             ));
         }
     }
-    let mut command = tokio::process::Command::new(&config.command);
+    let mut command = tokio::process::Command::new(program);
     command
-        .args(&config.args)
-        .envs(&config.env)
+        .args(args)
+        .envs(env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some(cwd) = &config.cwd {
+    if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }
     #[cfg(target_os = "linux")]
@@ -581,7 +707,7 @@ fn spawn(config: &ServerConfig, shared: &Arc<Shared>) -> Result<Spawned, String>
     let mut wrapped = CommandWrap::from(command);
     // Its own group: a terminal's Ctrl-C does not reach it, and we can kill all it started.
     wrapped.wrap(ProcessGroup::leader());
-    let mut child = wrapped.spawn().map_err(|e| spawn_error(config, &e))?;
+    let mut child = wrapped.spawn().map_err(|e| spawn_error(program, &e))?;
     let pid = child.id();
     let pgid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     let group = GroupGuard::new(pgid, shared);
@@ -599,7 +725,7 @@ fn spawn(config: &ServerConfig, shared: &Arc<Shared>) -> Result<Spawned, String>
     let (stderr_done_tx, stderr_done) = oneshot::channel();
     if let Some(stderr) = stderr {
         tokio::spawn(forward_stderr(
-            config.name.clone(),
+            name.to_owned(),
             stderr,
             stderr_tail.clone(),
             stderr_done_tx,
@@ -618,8 +744,7 @@ fn spawn(config: &ServerConfig, shared: &Arc<Shared>) -> Result<Spawned, String>
     Ok((process, stdout, stdin, pid))
 }
 
-fn spawn_error(config: &ServerConfig, e: &std::io::Error) -> String {
-    let command = &config.command;
+fn spawn_error(command: &str, e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => format!(
             "failed to start: command '{command}' was not found (check \"command\" in the config and PATH)"

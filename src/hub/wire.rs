@@ -7,6 +7,9 @@
 //! cleaned (bad tools skipped or degraded, pages and sizes capped); `tools/list_changed` floods
 //! are coalesced. Lines we send pass through unchanged; we only note which requests are open.
 //!
+//! The checks themselves ([`Checker`]) are the same for a server over HTTP (`remote.rs`), where
+//! they see each JSON body and each SSE event instead of each line.
+//!
 //! **Invariant:** memory per connection is bounded by [`MAX_LINE`] (plus one parsed copy of a
 //! line under it); nothing a server writes reaches rmcp unchecked.
 
@@ -53,6 +56,34 @@ struct Request {
 }
 
 type Shared = Arc<Mutex<Open>>;
+
+/// One connection's checks: what we asked (so an answer can be matched to its request) and how
+/// far the current tool listing has come. Cheap to clone; clones share the state.
+#[derive(Clone)]
+pub(crate) struct Checker {
+    name: String,
+    open: Shared,
+}
+
+impl Checker {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            open: Shared::default(),
+        }
+    }
+
+    /// Notes a message we send (a request we will expect an answer to).
+    pub fn outgoing(&self, message: &Value) {
+        note_outgoing(&self.open, message);
+    }
+
+    /// Checks one whole message the server sent (at most [`MAX_LINE`] bytes, which the caller
+    /// bounds).
+    pub fn incoming(&self, bytes: &[u8]) -> Checked {
+        check_bytes(&self.name, bytes, &self.open)
+    }
+}
 
 /// Puts the guard between `server_out`/`server_in` (the child's stdout and stdin) and returns
 /// the stream rmcp should use instead. Both directions end when either side closes.
@@ -255,7 +286,7 @@ impl BoundedLine {
     }
 }
 
-enum Checked {
+pub(crate) enum Checked {
     /// The line as it came (or as rewritten).
     Forward(Vec<u8>),
     /// Instead of the line: error responses for the requests it failed to answer.
@@ -273,7 +304,10 @@ fn check_line(name: &str, line: &BoundedLine, open: &Shared) -> Checked {
         );
         return fail_unreadable(name, &line.bytes, &line.tail, open, &reason);
     }
-    let bytes = &line.bytes;
+    check_bytes(name, &line.bytes, open)
+}
+
+fn check_bytes(name: &str, bytes: &[u8], open: &Shared) -> Checked {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Checked::Drop;
     }
