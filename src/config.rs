@@ -82,6 +82,16 @@ pub struct ServerConfig {
     pub disabled: bool,
     /// Longest a single tool call may take.
     pub timeout: Duration,
+    /// What must never reach a recording (see `replay::Redactor`): every `env` value, and every
+    /// value a `${VAR}` in any field was replaced by.
+    pub secrets: Vec<Secret>,
+}
+
+/// A value from the user's environment or a server's `env`, named by its variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Secret {
+    pub name: String,
+    pub value: String,
 }
 
 /// Why the config could not be loaded. The CLI exits with status 2 on any of these.
@@ -204,6 +214,7 @@ pub fn load_with_env(
         dot_env: &dot_env,
         dot_env_path: &dot_env_path,
         unset_ok: false,
+        substituted: None,
     };
     let base_dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
@@ -331,8 +342,10 @@ fn parse_server(
     };
 
     // A disabled server is never started: a variable it names need not be set (it stays as written).
+    let substituted = std::cell::RefCell::new(Vec::new());
     let vars = &Vars {
         unset_ok: disabled,
+        substituted: Some(&substituted),
         ..*vars
     };
     let command = match entry.get("command") {
@@ -454,6 +467,11 @@ fn parse_server(
         }
     };
 
+    let mut secrets = substituted.into_inner();
+    secrets.extend(env.iter().map(|(name, value)| Secret {
+        name: name.clone(),
+        value: value.clone(),
+    }));
     Ok(Some(ServerConfig {
         name: name.to_owned(),
         command,
@@ -463,6 +481,7 @@ fn parse_server(
         description,
         disabled,
         timeout,
+        secrets,
     }))
 }
 
@@ -487,6 +506,9 @@ struct Vars<'a> {
     dot_env_path: &'a Path,
     /// Leave an unset `${VAR}` as written instead of failing (for disabled servers).
     unset_ok: bool,
+    /// Where each substitution from the environment is noted (defaults, written in the file,
+    /// are not secrets).
+    substituted: Option<&'a std::cell::RefCell<Vec<Secret>>>,
 }
 
 impl Vars<'_> {
@@ -531,7 +553,15 @@ impl Vars<'_> {
             }
             match (self.get(name), default) {
                 (Some(value), Some(default)) if value.is_empty() => out.push_str(default),
-                (Some(value), _) => out.push_str(&value),
+                (Some(value), _) => {
+                    out.push_str(&value);
+                    if let Some(noted) = self.substituted.filter(|_| !value.is_empty()) {
+                        noted.borrow_mut().push(Secret {
+                            name: name.to_owned(),
+                            value,
+                        });
+                    }
+                }
                 (None, Some(default)) => out.push_str(default),
                 (None, None) if self.unset_ok => out.push_str(&format!("${{{body}}}")),
                 (None, None) => {
@@ -853,6 +883,22 @@ mod tests {
         );
         assert_eq!(a.env["TOKEN"], "Bearer s3cret");
         assert_eq!(a.cwd.as_deref(), Some(Path::new("/opt")));
+        // What a recording must not hold: substitutions from the environment, every env value;
+        // not defaults, which the file itself spells out.
+        let secrets: Vec<(&str, &str)> = a
+            .secrets
+            .iter()
+            .map(|s| (s.name.as_str(), s.value.as_str()))
+            .collect();
+        assert_eq!(
+            secrets,
+            [
+                ("BIN", "node"),
+                ("TOKEN", "s3cret"),
+                ("DIR", "/opt"),
+                ("TOKEN", "Bearer s3cret")
+            ]
+        );
     }
 
     #[test]
