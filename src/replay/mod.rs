@@ -60,20 +60,20 @@ pub struct RecordDir {
 impl RecordDir {
     /// Makes `dir` if needed and checks that a cassette can be written there, so a mistake is
     /// reported at start-up rather than lost after each execution.
-    pub fn open(dir: &Path, redactor: Redactor) -> Result<Self, CassetteError> {
-        let failed = |source| CassetteError::Write {
-            path: dir.to_path_buf(),
-            source,
-        };
-        std::fs::create_dir_all(dir).map_err(failed)?;
+    pub fn open(dir: &Path, redactor: Redactor) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
         tempfile::Builder::new()
             .prefix(".cassette-check-")
-            .tempfile_in(dir)
-            .map_err(failed)?;
+            .tempfile_in(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             redactor: Arc::new(redactor),
         })
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The cassette file of execution `id`.

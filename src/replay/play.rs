@@ -38,6 +38,11 @@ pub enum MatchMode {
 /// a script made back to back (they are handled concurrently), which takes microseconds.
 const SEQUENTIAL_GRACE: Duration = Duration::from_secs(1);
 
+/// How long an answer held for the recorded completion order waits with no call coming before
+/// it is given anyway: a client that caps the calls it has in flight (a browser, six per host)
+/// may be unable to send the call the held one waits for. A script never waits this long.
+const STALL: Duration = Duration::from_secs(3);
+
 pub struct Player {
     inner: Arc<Inner>,
 }
@@ -177,8 +182,17 @@ impl Inner {
                     return Err(ToolCallError(self.out_of_order(call)));
                 }
             }
-            // Never closed: `self` holds the sender.
-            let _ = prefix.wait_for(|answered| *answered >= done - 1).await;
+            while *prefix.borrow_and_update() < done - 1 {
+                // Never closed: `self` holds the sender.
+                if tokio::time::timeout(STALL, prefix.changed()).await.is_err() {
+                    tracing::warn!(
+                        "replay: answering recorded call #{} out of the recorded completion order: no call came for {} s (a client that caps concurrent calls, as a browser's six connections per host do, cannot send the call it waits for)",
+                        call.seq,
+                        STALL.as_secs()
+                    );
+                    break;
+                }
+            }
         }
         {
             let mut answered = self.answered.lock();

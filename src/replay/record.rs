@@ -34,6 +34,9 @@ struct Log {
     /// Each server the script's catalogue named, in the order first seen.
     servers: Vec<(String, Seen)>,
     waits: Vec<Wait>,
+    /// Values seen under a `--redact` key: scrubbed from the rest of the cassette too (a tool
+    /// may echo a password it was sent under another name, or in its text).
+    key_values: std::collections::BTreeSet<String>,
 }
 
 enum Seen {
@@ -58,6 +61,10 @@ impl Recorder {
     pub fn cassette(&self, run: RunInfo) -> Cassette {
         let log = self.log.lock();
         let redactor = &self.redactor;
+        // Calls and results were redacted as they came; values first seen under a `--redact`
+        // key are scrubbed from everything once all are known.
+        let scrub = Redactor::scrubbing(log.key_values.iter().cloned());
+        let text = |s: &str| scrub.text(&redactor.text(s)).into_owned();
         let mut servers = Vec::new();
         let mut unavailable = Vec::new();
         for (name, seen) in &log.servers {
@@ -65,14 +72,30 @@ impl Recorder {
                 Seen::Running(catalog) => servers.push(redacted_catalog(redactor, catalog)),
                 Seen::Unavailable(state) => unavailable.push(Unavailable {
                     server: name.clone(),
-                    state: redactor.text(state).into_owned(),
+                    state: text(state),
                 }),
             }
         }
         let script = run.script.map(|s| Script {
             filename: s.filename,
-            code: redactor.text(&s.code).into_owned(),
+            code: text(&s.code),
         });
+        let waits = log
+            .waits
+            .iter()
+            .map(|w| Wait {
+                server: w.server.clone(),
+                error: scrub.text(&w.error).into_owned(),
+            })
+            .collect();
+        let mut calls = log.calls.clone();
+        if !scrub.is_empty() {
+            for call in &mut calls {
+                call.arguments = scrub.secrets_in_map(&call.arguments);
+                call.result = call.result.as_ref().map(|r| scrub.secrets_in(r));
+                call.error = call.error.as_deref().map(|e| scrub.text(e).into_owned());
+            }
+        }
         Cassette {
             header: Header {
                 format: super::cassette::FORMAT.into(),
@@ -85,10 +108,10 @@ impl Recorder {
                 redacted_keys: redactor.keys().to_vec(),
                 servers,
                 unavailable,
-                waits: log.waits.clone(),
-                calls: log.calls.len(),
+                waits,
+                calls: calls.len(),
             },
-            calls: log.calls.clone(),
+            calls,
         }
     }
 
@@ -163,6 +186,9 @@ impl ToolHost for Recorder {
     ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
         let index = {
             let mut log = self.log.lock();
+            let log = &mut *log;
+            self.redactor
+                .collect_key_values_in(&arguments, &mut log.key_values);
             let (after, seq) = (log.completed, log.calls.len() + 1);
             log.calls.push(Call {
                 seq,
@@ -188,7 +214,12 @@ impl ToolHost for Recorder {
                 Ok(value) => (Some(redactor.value(value)), None),
                 Err(e) => (None, Some(redactor.text(&e.0).into_owned())),
             };
+            let mut key_values = Default::default();
+            if let Ok(value) = &result {
+                redactor.collect_key_values(value, &mut key_values);
+            }
             let mut log = log.lock();
+            log.key_values.extend(key_values);
             log.completed += 1;
             let done = log.completed;
             let entry = &mut log.calls[index];

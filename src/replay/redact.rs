@@ -8,6 +8,7 @@
 use crate::config::{Config, Secret};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 
 /// What stands where a `--redact` key's value was.
 pub const KEY_MARKER: &str = "[redacted]";
@@ -49,6 +50,48 @@ impl Redactor {
         Self::new(secrets, keys)
     }
 
+    /// Replaces each of `values` (those of at least [`MIN_SECRET_CHARS`]) with [`KEY_MARKER`]:
+    /// for values first seen under a `--redact` key, wherever else they turn up.
+    pub fn scrubbing(values: impl IntoIterator<Item = String>) -> Self {
+        let mut secrets: Vec<(String, String)> = values
+            .into_iter()
+            .filter(|v| v.chars().count() >= MIN_SECRET_CHARS)
+            .map(|v| (v, KEY_MARKER.to_owned()))
+            .collect();
+        secrets.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.cmp(b)));
+        secrets.dedup_by(|a, b| a.0 == b.0);
+        Self {
+            secrets,
+            keys: Vec::new(),
+        }
+    }
+
+    /// Whether nothing would be replaced.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty() && self.keys.is_empty()
+    }
+
+    /// Adds to `found` every string (and number, as written) under a `--redact` key in `value`.
+    pub fn collect_key_values(&self, value: &Value, found: &mut BTreeSet<String>) {
+        match value {
+            _ if self.keys.is_empty() => {}
+            Value::Array(items) => items.iter().for_each(|v| self.collect_key_values(v, found)),
+            Value::Object(map) => self.collect_key_values_in(map, found),
+            _ => {}
+        }
+    }
+
+    /// [`Redactor::collect_key_values`] of a call's arguments.
+    pub fn collect_key_values_in(&self, map: &Map<String, Value>, found: &mut BTreeSet<String>) {
+        for (key, value) in map {
+            if self.is_redacted_key(key) {
+                leaves(value, found);
+            } else {
+                self.collect_key_values(value, found);
+            }
+        }
+    }
+
     /// The `--redact` keys, for the cassette's header: a replay redacts a script's arguments the
     /// same way before it compares them with the recorded ones.
     pub fn keys(&self) -> &[String] {
@@ -83,6 +126,11 @@ impl Redactor {
         self.walk(value, false)
     }
 
+    /// [`Redactor::secrets_in`] of a call's arguments.
+    pub fn secrets_in_map(&self, map: &Map<String, Value>) -> Map<String, Value> {
+        self.walk_map(map, false)
+    }
+
     fn walk(&self, value: &Value, keys: bool) -> Value {
         match value {
             Value::String(s) => Value::String(self.text(s).into_owned()),
@@ -107,6 +155,20 @@ impl Redactor {
 
     fn is_redacted_key(&self, key: &str) -> bool {
         self.keys.iter().any(|k| k.eq_ignore_ascii_case(key))
+    }
+}
+
+fn leaves(value: &Value, found: &mut BTreeSet<String>) {
+    match value {
+        Value::String(s) => {
+            found.insert(s.clone());
+        }
+        Value::Number(n) => {
+            found.insert(n.to_string());
+        }
+        Value::Array(items) => items.iter().for_each(|v| leaves(v, found)),
+        Value::Object(map) => map.values().for_each(|v| leaves(v, found)),
+        Value::Bool(_) | Value::Null => {}
     }
 }
 
@@ -153,5 +215,11 @@ mod tests {
             json!({"password": {"type": "string"}})
         );
         assert!(matches!(r.text("nothing here"), Cow::Borrowed(_)));
+        // A value seen under a key is scrubbed wherever else it turns up (echoed in a text).
+        let mut found = Default::default();
+        r.collect_key_values(&v, &mut found);
+        assert_eq!(found.iter().collect::<Vec<_>>(), ["hunter2"]);
+        let scrub = Redactor::scrubbing(found);
+        assert_eq!(scrub.text("Echo: hunter2!"), "Echo: [redacted]!");
     }
 }
