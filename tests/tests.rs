@@ -7,6 +7,7 @@ mod fork;
 mod http;
 mod hub;
 mod parity;
+mod replay;
 mod sandbox;
 mod server;
 mod util;

@@ -43,6 +43,9 @@ const SEQUENTIAL_GRACE: Duration = Duration::from_secs(1);
 /// may be unable to send the call the held one waits for. A script never waits this long.
 const STALL: Duration = Duration::from_secs(3);
 
+/// How long after the answer before it a held answer is given (see `Inner::answer`).
+const HANDOFF: Duration = Duration::from_millis(20);
+
 pub struct Player {
     inner: Arc<Inner>,
 }
@@ -60,6 +63,8 @@ struct Inner {
     answered: Mutex<Vec<bool>>,
     /// How many calls, in the recorded completion order, have been answered without a gap.
     answered_prefix: watch::Sender<usize>,
+    /// When the last answer was given.
+    last_answer: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Player {
@@ -79,6 +84,7 @@ impl Player {
             used: Mutex::new(vec![false; cassette.calls.len()]),
             answered: Mutex::new(vec![false; completed]),
             answered_prefix: watch::Sender::new(0),
+            last_answer: Mutex::new(None),
             label: label.to_owned(),
             mode,
             cassette,
@@ -171,6 +177,7 @@ impl Inner {
         };
         if self.mode == MatchMode::Strict {
             let mut prefix = self.answered_prefix.subscribe();
+            let held = *prefix.borrow() < done - 1;
             if *prefix.borrow() < call.after {
                 let waited = tokio::time::timeout(
                     SEQUENTIAL_GRACE,
@@ -193,11 +200,21 @@ impl Inner {
                     break;
                 }
             }
+            if held {
+                // The answer before this one was just given: let the client take it in first.
+                // Two answers given at once may reach a script in either order (a browser reads
+                // each on its own connection; the host's tasks finish in any order).
+                let previous = *self.last_answer.lock();
+                if let Some(previous) = previous {
+                    tokio::time::sleep_until(previous + HANDOFF).await;
+                }
+            }
         }
         {
             let mut answered = self.answered.lock();
             answered[done - 1] = true;
             let prefix = answered.iter().take_while(|a| **a).count();
+            *self.last_answer.lock() = Some(tokio::time::Instant::now());
             self.answered_prefix.send_replace(prefix);
         }
         call.answer()
@@ -386,8 +403,10 @@ mod tests {
     use crate::replay::cassette::{Header, FORMAT, VERSION};
     use serde_json::json;
 
-    /// (server, tool, arguments, answer, done, after)
-    fn cassette(calls: &[(&str, &str, Value, Value, Option<usize>, usize)]) -> Cassette {
+    /// One recorded call: (server, tool, arguments, result, done, after).
+    type Line<'a> = (&'a str, &'a str, Value, Value, Option<usize>, usize);
+
+    fn cassette(calls: &[Line]) -> Cassette {
         let calls: Vec<Call> = calls
             .iter()
             .enumerate()

@@ -45,8 +45,13 @@ impl Redactor {
     /// The secrets of every server in `config` (none without one) and the `--redact` keys.
     pub fn for_config(config: Option<&Config>, keys: &[String]) -> Self {
         let secrets = config
-            .map(|c| c.servers.iter().flat_map(|s| s.secrets.clone()).collect())
-            .unwrap_or_else(Vec::new);
+            .map(|c| {
+                c.servers
+                    .iter()
+                    .flat_map(|s| s.secrets.clone())
+                    .collect::<Vec<Secret>>()
+            })
+            .unwrap_or_default();
         Self::new(secrets, keys)
     }
 
