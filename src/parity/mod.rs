@@ -6,7 +6,9 @@
 //! (`engine::boot_settings`: memory cap, Pyodide `env`, hash seed) and draw their randomness from
 //! the same seeded stream (`engine::entropy_source`). The browser's tool calls come back over a
 //! loopback HTTP endpoint to the same kind of hub the V8 host uses, started fresh for each run
-//! against a freshly emptied scratch folder, so both hosts see the same downstream state.
+//! against a freshly emptied scratch folder, so both hosts see the same downstream state. With
+//! `--replay DIR` no server starts: each host answers from a fresh player of the script's
+//! cassette; `--record DIR` keeps the V8 host's traffic per script.
 //!
 //!   mod.rs      the command: scripts, runs, the table, the exit code
 //!   http.rs     the loopback server the page loads from and reaches Rust through

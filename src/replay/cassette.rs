@@ -4,7 +4,9 @@
 //!
 //! Read and written only here. Every error names the file, and the line where one is at fault.
 
-use crate::bridge::ServerCatalog;
+use crate::bridge::signature::assign_python_names;
+use crate::bridge::{ServerCatalog, ToolSpec};
+use crate::hub::shape::printable;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use std::io::Write;
@@ -198,7 +200,7 @@ impl Cassette {
             }
             None => return Err((Some(first), "the header has no \"version\"".into())),
         }
-        let header: Header = serde_json::from_value(header_json)
+        let mut header: Header = serde_json::from_value(header_json)
             .map_err(|e| (Some(first), format!("a bad header: {e}")))?;
         for server in &header.servers {
             if !crate::config::valid_name(&server.server) {
@@ -217,6 +219,7 @@ impl Cassette {
                 ));
             }
         }
+        served_as_the_hub_serves(&mut header.servers);
 
         let mut calls = Vec::with_capacity(header.calls.min(1 << 16));
         for (line, text) in lines {
@@ -322,6 +325,26 @@ impl Cassette {
     }
 }
 
+/// A cassette is input, as a server's tool list is: its catalogue reaches Python only through
+/// the hub's rules (text without terminal control, one Python name per tool). A recorded
+/// catalogue already follows them and comes out unchanged.
+fn served_as_the_hub_serves(servers: &mut [ServerCatalog]) {
+    for server in servers {
+        server.description = printable(&server.description, true);
+        let mut tools: Vec<ToolSpec> = server
+            .tools
+            .iter()
+            .map(|tool| ToolSpec {
+                description: printable(&tool.description, true),
+                python_name: String::new(),
+                ..tool.clone()
+            })
+            .collect();
+        assign_python_names(&mut tools);
+        server.tools = std::sync::Arc::new(tools);
+    }
+}
+
 /// serde_json's message without its " at line 1 column N" (we name the line ourselves).
 fn json_error(e: &serde_json::Error) -> String {
     let message = e.to_string();
@@ -372,6 +395,28 @@ mod tests {
         assert_eq!(cassette.calls[1].answer(), Some(Err("boom".into())));
         assert_eq!(cassette.calls[2].answer(), None);
         assert_eq!(Cassette::parse(&cassette.to_jsonl()).unwrap(), cassette);
+    }
+
+    #[test]
+    fn a_catalogue_is_served_as_the_hub_serves_one() {
+        let mut head: Value = serde_json::from_str(&header(0)).unwrap();
+        head["servers"] = json!([{"server": "s", "description": "ok", "tools": [
+            {"name": "get-sum", "pythonName": "anything", "description": "adds\u{1b}[31m red"},
+            {"name": "get_sum", "description": "plain"},
+        ]}]);
+        let cassette = Cassette::parse(&head.to_string()).unwrap();
+        let tools = &cassette.header.servers[0].tools;
+        assert_eq!(tools[0].description, "adds red");
+        assert_eq!(
+            (tools[0].python_name.as_str(), tools[1].python_name.as_str()),
+            ("get_sum_2", "get_sum")
+        );
+        // What the hub served comes out as it went in.
+        assert_eq!(
+            Cassette::parse(&cassette.to_jsonl()).unwrap(),
+            cassette,
+            "parsing is idempotent"
+        );
     }
 
     #[test]

@@ -2,11 +2,12 @@
 //!
 //! Strict matching (the default) holds a script to what it did when recorded: each call must
 //! equal an unused recorded one (server, tool, arguments), and the answers come back in the
-//! order the calls completed when recorded, so a script that reacts to answers as they arrive
-//! (`asyncio.as_completed`, tasks that print) does the same things in the same order. Calls that
-//! were in flight together may arrive in any order (their order is the scheduler's, not the
-//! script's); a call recorded after another had completed waits a moment for it, then fails as
-//! out of order. `MatchMode::Any` accepts any order and answers at once.
+//! order the calls completed when recorded ([`HANDOFF`] apart), so a script that reacts to
+//! answers as they arrive (`asyncio.as_completed`, tasks that print) does the same things in the
+//! same order. Calls that were in flight together may arrive in any order (their order is the
+//! scheduler's, not the script's); a call recorded after another had completed waits a moment
+//! ([`SEQUENTIAL_GRACE`]) for it, then fails as out of order. `MatchMode::Any` accepts any order
+//! and answers at once.
 //!
 //! A call the cassette does not hold fails with a `ToolError` naming the first divergence
 //! (server, tool, an argument, or one call too many) and the nearest recorded call.
@@ -148,7 +149,11 @@ impl ToolHost for Player {
         arguments: Map<String, Value>,
     ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
         let inner = self.inner.clone();
-        let arguments = inner.redact_keys.arguments(&arguments);
+        let arguments = if inner.redact_keys.is_empty() {
+            arguments
+        } else {
+            inner.redact_keys.arguments(&arguments)
+        };
         let matched = {
             let mut used = inner.used.lock();
             let found = inner.cassette.calls.iter().position(|c| {
