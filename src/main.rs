@@ -616,7 +616,7 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
                 execution_id: replay::new_execution_id(),
                 seed,
                 script,
-                limits: Some(recorded(&limits)),
+                limits: Some(replay::RecordedLimits::from(&limits.limits())),
             })
             .save(path),
         _ => Ok(()),
@@ -686,14 +686,6 @@ fn recorded_limits(
         limits.max_output = recorded.max_output;
     }
     Ok(())
-}
-
-fn recorded(limits: &LimitArgs) -> replay::RecordedLimits {
-    replay::RecordedLimits {
-        timeout_s: limits.timeout,
-        memory_mb: limits.memory_mb,
-        max_output: limits.max_output,
-    }
 }
 
 /// After streaming: the truncation notices, the last expression's value (as JSON, on its own

@@ -167,6 +167,37 @@ fn a_recorded_run_replays_byte_for_byte_with_no_server_at_all() {
     );
 }
 
+#[test]
+fn a_replay_keeps_the_recorded_seed_and_limits_unless_given_others() {
+    let s = Setup::new();
+    let code = "import random\nprint(random.random())\nprint('x' * 3000)\n";
+    let script = s.script("limits.py", code);
+    let cassette = s.path("limits.jsonl");
+    // Without servers: the cassette holds no call, only the script, seed and limits.
+    let live = cli_in_env(
+        &s.path("empty"),
+        &[
+            "run",
+            "--seed",
+            "3",
+            "--max-output",
+            "1000",
+            "--record",
+            cassette.to_str().unwrap(),
+            &script,
+        ],
+        &[],
+        "",
+    );
+    let stdout = text(&live.stdout);
+    assert!(stdout.contains("bytes were dropped"), "{stdout}");
+    assert_eq!(text(&s.replay("limits.jsonl", &[]).stdout), stdout);
+    let wider = s.replay("limits.jsonl", &["--max-output", "5000", "--seed", "4"]);
+    let wider = text(&wider.stdout);
+    assert!(!wider.contains("bytes were dropped"), "{wider}");
+    assert_ne!(wider.lines().next(), stdout.lines().next(), "another seed");
+}
+
 /// The script the divergence tests record: two reads, then a sum.
 fn sequence(s: &Setup) -> String {
     format!(

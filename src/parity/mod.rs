@@ -119,6 +119,18 @@ impl ScriptReport {
     pub fn is_same(&self) -> bool {
         matches!(&self.comparison, Some(c) if c.verdict == Verdict::Same)
     }
+
+    /// A script neither host could run, and why.
+    fn unable(name: String, message: String) -> Self {
+        Self {
+            name,
+            v8: Err(message.clone()),
+            browser: Err(message),
+            comparison: None,
+            tool_calls: Default::default(),
+            replayed: false,
+        }
+    }
 }
 
 /// The `parity` command. Exit code: 0 every script behaved the same, 1 some did not (or could
@@ -529,11 +541,7 @@ impl Runner {
                 filename: job.filename.clone(),
                 code: job.code.clone(),
             }),
-            limits: Some(RecordedLimits {
-                timeout_s: self.limits.timeout.as_secs_f64(),
-                memory_mb: self.limits.memory_mb,
-                max_output: self.limits.max_output,
-            }),
+            limits: Some(RecordedLimits::from(&self.limits)),
         });
         let path = record.dir().join(cassette_name(script));
         cassette.save(&path).map_err(|e| format!("{e:#}"))
@@ -696,20 +704,6 @@ fn tool_host(hub: &Option<Arc<Hub>>, cassette: &Option<(Cassette, String)>) -> A
 fn cassette_name(script: &Path) -> String {
     let stem = script.file_stem().unwrap_or(script.as_os_str());
     format!("{}.jsonl", stem.to_string_lossy())
-}
-
-impl ScriptReport {
-    /// A script neither host could run, and why.
-    fn unable(name: String, message: String) -> Self {
-        Self {
-            name,
-            v8: Err(message.clone()),
-            browser: Err(message),
-            comparison: None,
-            tool_calls: Default::default(),
-            replayed: false,
-        }
-    }
 }
 
 async fn stop_hub(hub: Option<Arc<Hub>>) {

@@ -72,6 +72,16 @@ pub struct RecordedLimits {
     pub max_output: usize,
 }
 
+impl From<&crate::engine::Limits> for RecordedLimits {
+    fn from(limits: &crate::engine::Limits) -> Self {
+        Self {
+            timeout_s: limits.timeout.as_secs_f64(),
+            memory_mb: limits.memory_mb,
+            max_output: limits.max_output,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Unavailable {
     pub server: String,

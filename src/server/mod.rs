@@ -234,11 +234,10 @@ impl CodeModeServer {
                 execution_id: execution_id.clone(),
                 seed: None,
                 script,
-                limits: Some(RecordedLimits {
-                    timeout_s: timeout.as_secs_f64(),
-                    memory_mb: self.options.limits.memory_mb,
-                    max_output: self.options.limits.max_output,
-                }),
+                limits: Some(RecordedLimits::from(&Limits {
+                    timeout,
+                    ..self.options.limits
+                })),
             });
             let path = record.path(&execution_id);
             let shown = path.display().to_string();
