@@ -139,15 +139,15 @@ fn a_recorded_run_replays_byte_for_byte_with_no_server_at_all() {
     s.remove_server_data();
 
     // The seed comes from the cassette; the script from the command line or the cassette.
-    let replayed = s.replay("workout.jsonl", &[&script]);
-    assert_eq!(text(&replayed.stdout), stdout);
-    assert_eq!(text(&replayed.stderr), text(&live.stderr));
-    assert_eq!(replayed.status.code(), Some(0));
-    let recorded_script = s.replay("workout.jsonl", &[]);
-    assert_eq!(text(&recorded_script.stdout), stdout);
-    let in_a_thread = s.replay("workout.jsonl", &["--sandbox", "thread"]);
-    assert_eq!(text(&in_a_thread.stdout), stdout);
-    assert_eq!(text(&in_a_thread.stderr), text(&live.stderr));
+    for args in [&[script.as_str()][..], &[], &["--sandbox", "thread"]] {
+        let replayed = s.replay("workout.jsonl", args);
+        assert_eq!(
+            (text(&replayed.stdout), text(&replayed.stderr)),
+            (stdout.clone(), text(&live.stderr)),
+            "replayed with {args:?}"
+        );
+        assert_eq!(replayed.status.code(), Some(0));
+    }
 
     let first = s.replay("workout.jsonl", &["--json"]);
     let second = s.replay("workout.jsonl", &["--json"]);

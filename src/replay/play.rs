@@ -5,9 +5,9 @@
 //! order the calls completed when recorded ([`HANDOFF`] apart), so a script that reacts to
 //! answers as they arrive (`asyncio.as_completed`, tasks that print) does the same things in the
 //! same order. Calls that were in flight together may arrive in any order (their order is the
-//! scheduler's, not the script's); a call recorded after another had completed waits a moment
-//! ([`SEQUENTIAL_GRACE`]) for it, then fails as out of order. `MatchMode::Any` accepts any order
-//! and answers at once.
+//! scheduler's, not the script's); a call recorded after another had completed waits for it
+//! until nothing has happened for [`STALL`], then fails as out of order. `MatchMode::Any`
+//! accepts any order and answers at once.
 //!
 //! A call the cassette does not hold fails with a `ToolError` naming the first divergence
 //! (server, tool, an argument, or one call too many) and the nearest recorded call.
@@ -34,14 +34,12 @@ pub enum MatchMode {
     Any,
 }
 
-/// How long a call recorded after another had completed waits for that other call to be made
-/// before it fails as out of order. Only long enough to absorb the host's own reordering of calls
-/// a script made back to back (they are handled concurrently), which takes microseconds.
-const SEQUENTIAL_GRACE: Duration = Duration::from_secs(1);
-
-/// How long an answer held for the recorded completion order waits with no call coming before
-/// it is given anyway: a client that caps the calls it has in flight (a browser, six per host)
-/// may be unable to send the call the held one waits for. A script never waits this long.
+/// How long a held call waits with no answer given meanwhile. Then a call recorded after another
+/// had completed fails as out of order: the script waits for it and will not make the other (a
+/// shorter wait would also fail calls the host merely handled in another order than the script
+/// made them, and those of a process starved of CPU). A call held only for the recorded
+/// completion order is answered anyway: a client that caps the calls it has in flight (a
+/// browser, six per host) may be unable to send the one it waits for.
 const STALL: Duration = Duration::from_secs(3);
 
 /// How long after the answer before it a held answer is given (see `Inner::answer`).
@@ -183,22 +181,17 @@ impl Inner {
         if self.mode == MatchMode::Strict {
             let mut prefix = self.answered_prefix.subscribe();
             let held = *prefix.borrow() < done - 1;
-            if *prefix.borrow() < call.after {
-                let waited = tokio::time::timeout(
-                    SEQUENTIAL_GRACE,
-                    prefix.wait_for(|answered| *answered >= call.after),
-                )
-                .await;
-                if waited.is_err() {
+            // Never closed (`self` holds the sender): each wait ends with an answer or a stall.
+            while *prefix.borrow_and_update() < call.after {
+                if !answered_in_time(&mut prefix, call.after).await {
                     self.used.lock()[index] = false;
                     return Err(ToolCallError(self.out_of_order(call)));
                 }
             }
             while *prefix.borrow_and_update() < done - 1 {
-                // Never closed: `self` holds the sender.
-                if tokio::time::timeout(STALL, prefix.changed()).await.is_err() {
+                if !answered_in_time(&mut prefix, done - 1).await {
                     tracing::warn!(
-                        "replay: answering recorded call #{} out of the recorded completion order: no call came for {} s (a client that caps concurrent calls, as a browser's six connections per host do, cannot send the call it waits for)",
+                        "replay: answering recorded call #{} out of the recorded completion order: no answer was given for {} s (a client that caps concurrent calls, as a browser's six connections per host do, cannot send the call it waits for)",
                         call.seq,
                         STALL.as_secs()
                     );
@@ -311,6 +304,19 @@ impl Inner {
             describe(&nearest.server, &nearest.tool, &nearest.arguments)
         )
     }
+}
+
+/// Whether another answer comes before [`STALL`] passes without one, or `prefix` reaches `wanted`.
+async fn answered_in_time(prefix: &mut watch::Receiver<usize>, wanted: usize) -> bool {
+    if tokio::time::timeout(STALL, prefix.changed()).await.is_ok() {
+        return true;
+    }
+    // A process starved of CPU wakes its timers together with the tasks queued meanwhile: let
+    // those run (one may be the call waited for) before calling it a stall.
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    *prefix.borrow() >= wanted
 }
 
 /// 0: the same tool; 1: a tool of the same server with a close name; 2: the same server; 3: other.
