@@ -648,6 +648,7 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
             description: "server-everything, for the benchmark".into(),
             disabled: false,
             timeout: config::DEFAULT_TIMEOUT,
+            secrets: Vec::new(),
         }],
     };
     let hub = Hub::start(Some(&config));

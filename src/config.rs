@@ -83,6 +83,23 @@ pub struct ServerConfig {
     pub disabled: bool,
     /// Longest a single tool call may take.
     pub timeout: Duration,
+    /// What must never reach a recording (see `replay::Redactor`): every `env` value, and every
+    /// value a `${VAR}` in any field was replaced by.
+    pub secrets: Vec<Secret>,
+}
+
+/// A value from the user's environment or a server's `env`, named by its variable.
+#[derive(Clone, PartialEq)]
+pub struct Secret {
+    pub name: String,
+    pub value: String,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A config may be printed with {:?}: only the name shows.
+        write!(f, "Secret({})", self.name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -275,6 +292,7 @@ pub fn load_with_env(
         dot_env: &dot_env,
         dot_env_path: &dot_env_path,
         unset_ok: false,
+        substituted: None,
     };
     let base_dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
@@ -358,12 +376,14 @@ fn parse_server(
         None => entry.contains_key("url"),
         Some("stdio") => false,
         Some("http" | "streamable-http" | "streamableHttp" | "sse") => true,
-        Some(t) => return Err(ctx.field_error(
-            "type",
-            format!(
+        Some(t) => {
+            return Err(ctx.field_error(
+                "type",
+                format!(
                 "unknown transport \"{t}\": use \"stdio\" (a \"command\") or \"http\" (a \"url\")"
             ),
-        )),
+            ))
+        }
     };
     for (field, wrong_for) in [
         ("url", false),
@@ -416,8 +436,10 @@ fn parse_server(
     };
 
     // A disabled server is never started: a variable it names need not be set (it stays as written).
+    let substituted = std::cell::RefCell::new(Vec::new());
     let vars = &Vars {
         unset_ok: disabled,
+        substituted: Some(&substituted),
         ..*vars
     };
     let transport = if remote {
@@ -456,12 +478,35 @@ fn parse_server(
         }
     };
 
+    // What a recording must not hold: every value a ${VAR} was replaced by, and every
+    // credential the file itself spells out (env values, header values, a client secret).
+    let mut secrets = substituted.into_inner();
+    let named = |name: &str, value: &String| Secret {
+        name: name.to_owned(),
+        value: value.clone(),
+    };
+    match &transport {
+        Transport::Stdio { env, .. } => {
+            secrets.extend(env.iter().map(|(name, value)| named(name, value)))
+        }
+        Transport::Http(http) => {
+            secrets.extend(http.headers.iter().map(|(name, value)| named(name, value)));
+            secrets.extend(
+                http.oauth
+                    .client_secret
+                    .iter()
+                    .map(|v| named("oauth.client_secret", v)),
+            );
+        }
+        Transport::Unsupported { .. } => {}
+    }
     Ok(ServerConfig {
         name: name.to_owned(),
         transport,
         description,
         disabled,
         timeout,
+        secrets,
     })
 }
 
@@ -810,6 +855,9 @@ struct Vars<'a> {
     dot_env_path: &'a Path,
     /// Leave an unset `${VAR}` as written instead of failing (for disabled servers).
     unset_ok: bool,
+    /// Where each substitution from the environment is noted (defaults, written in the file,
+    /// are not secrets).
+    substituted: Option<&'a std::cell::RefCell<Vec<Secret>>>,
 }
 
 impl Vars<'_> {
@@ -855,7 +903,15 @@ impl Vars<'_> {
             }
             match (self.get(name), default) {
                 (Some(value), Some(default)) if value.is_empty() => out.push_str(default),
-                (Some(value), _) => out.push_str(&value),
+                (Some(value), _) => {
+                    out.push_str(&value);
+                    if let Some(noted) = self.substituted.filter(|_| !value.is_empty()) {
+                        noted.borrow_mut().push(Secret {
+                            name: name.to_owned(),
+                            value,
+                        });
+                    }
+                }
                 (None, Some(default)) => out.push_str(default),
                 (None, None) if self.unset_ok => out.push_str(&format!("${{{body}}}")),
                 (None, None) => {
@@ -1314,6 +1370,22 @@ mod tests {
         );
         assert_eq!(stdio(a).2["TOKEN"], "Bearer s3cret");
         assert_eq!(stdio(a).3.as_deref(), Some(Path::new("/opt")));
+        // What a recording must not hold: substitutions from the environment, every env value;
+        // not defaults, which the file itself spells out.
+        let secrets: Vec<(&str, &str)> = a
+            .secrets
+            .iter()
+            .map(|s| (s.name.as_str(), s.value.as_str()))
+            .collect();
+        assert_eq!(
+            secrets,
+            [
+                ("BIN", "node"),
+                ("TOKEN", "s3cret"),
+                ("DIR", "/opt"),
+                ("TOKEN", "Bearer s3cret")
+            ]
+        );
     }
 
     #[test]

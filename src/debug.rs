@@ -115,6 +115,9 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<bool> {
         }
     }
     println!("  result: {}", report.get("result").unwrap_or(&Value::Null));
+    if let Some(id) = report.get("execution_id").and_then(Value::as_str) {
+        println!("  execution id: {id}");
+    }
     if let Some(calls) = report.get("tool_calls").and_then(Value::as_array) {
         for c in calls {
             println!(

@@ -10,5 +10,6 @@ pub mod config;
 pub mod debug;
 pub mod hub;
 pub mod parity;
+pub mod replay;
 pub mod server;
 pub mod suggest;

@@ -2,15 +2,18 @@
 //! MCP channel), and hands off to the engine or the server.
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mcp_code_mode::bridge::Stream;
+use mcp_code_mode::bridge::{NoTools, ToolHost};
 use mcp_code_mode::config::{self, Config};
 use mcp_code_mode::engine::pool::SPARE_CHILDREN;
 use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, SandboxConfig, Snapshot, ZygoteCommand};
 use mcp_code_mode::hub::Hub;
+use mcp_code_mode::replay::{self, Cassette, MatchMode, Player, Recorder, Redactor};
 use mcp_code_mode::server::ServeOptions;
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,6 +150,14 @@ struct ServeArgs {
     pool_size: u16,
     #[command(flatten)]
     sandbox: SandboxArg,
+    /// Keep each execution's cassette (its tool calls and the catalogue it saw) in DIR as
+    /// <execution_id>.jsonl, for `run --replay` (the report names the id).
+    #[arg(long = "record-dir", value_name = "DIR")]
+    record_dir: Option<PathBuf>,
+    /// With --record-dir: replace this key's value, wherever it appears in arguments and
+    /// results, with "[redacted]" in cassettes (repeatable).
+    #[arg(long, value_name = "KEY", requires = "record_dir")]
+    redact: Vec<String>,
     #[command(flatten)]
     http: HttpArgs,
 }
@@ -229,12 +240,15 @@ struct LimitArgs {
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = config::parse_timeout)]
     timeout: f64,
     /// MiB of memory a sandbox may use in all: V8's JS heap gets a quarter, Python and buffers the rest.
-    #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(128..=16384))]
+    #[arg(long = "memory-mb", default_value_t = 512, value_name = "MIB", value_parser = clap::value_parser!(u64).range(MEMORY_MB))]
     memory_mb: u64,
     /// Bytes of stdout, and of stderr, kept; the rest is dropped with a notice saying how much.
     #[arg(long = "max-output", default_value_t = 1 << 20, value_name = "BYTES")]
     max_output: usize,
 }
+
+/// The --memory-mb a sandbox may be given (a cassette's recorded limit is checked alike).
+const MEMORY_MB: std::ops::RangeInclusive<u64> = 128..=16384;
 
 impl LimitArgs {
     fn limits(&self) -> Limits {
@@ -248,8 +262,9 @@ impl LimitArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// The script to run, or - for standard input.
-    script: PathBuf,
+    /// The script to run, or - for standard input (with --replay, default: the recorded script).
+    #[arg(required_unless_present = "replay")]
+    script: Option<PathBuf>,
     /// Print one JSON object {stdout, stderr, result, error, duration_ms, tool_calls} instead of the output.
     #[arg(long)]
     json: bool,
@@ -265,12 +280,56 @@ struct RunArgs {
     limits: LimitArgs,
     #[command(flatten)]
     sandbox: SandboxArg,
+    /// Record the script's tool calls, with the catalogue it saw, to this cassette (JSON lines).
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    record: Option<PathBuf>,
+    /// Start no server: answer every tool call from this cassette (made by --record or
+    /// `serve --record-dir`). Its seed and limits apply unless given here.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    replay: Option<PathBuf>,
+    /// With --replay: `strict`, calls as recorded, in the recorded order (calls made together in
+    /// any order among themselves); `any`, in any order, each recorded call used once.
+    #[arg(
+        long = "replay-match",
+        value_enum,
+        value_name = "MODE",
+        default_value_t,
+        requires = "replay"
+    )]
+    replay_match: MatchMode,
+    /// With --record: replace this key's value, wherever it appears in arguments and results,
+    /// with "[redacted]" in the cassette (repeatable).
+    #[arg(long, value_name = "KEY", requires = "record")]
+    redact: Vec<String>,
+}
+
+/// Which limit flags `run` was given, by field: with --replay, the others come from the cassette.
+#[derive(Clone, Copy, Default)]
+struct LimitsGiven {
+    timeout: bool,
+    memory_mb: bool,
+    max_output: bool,
+}
+
+impl LimitsGiven {
+    fn of(matches: &ArgMatches) -> Self {
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        Self {
+            timeout: given("timeout"),
+            memory_mb: given("memory_mb"),
+            max_output: given("max_output"),
+        }
+    }
 }
 
 fn main() -> ExitCode {
     harden_process();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // Parsed in two steps so `run` can tell a limit given from its default (see LimitsGiven).
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
@@ -312,7 +371,13 @@ fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Serve(cli.serve));
     let result = runtime.block_on(async {
         match command {
-            Command::Run(args) => run(args).await,
+            Command::Run(args) => {
+                let given = matches
+                    .subcommand_matches("run")
+                    .map(LimitsGiven::of)
+                    .unwrap_or_default();
+                run(args, given).await
+            }
             Command::Serve(args) => serve(args).await,
             Command::Parity(args) => mcp_code_mode::parity::main(args).await,
             Command::Zygote(_) => unreachable!("the zygote ran above"),
@@ -365,10 +430,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.no_snapshot,
         Some(args.pool_size as usize),
     )?;
+    let record = match &args.record_dir {
+        Some(dir) => {
+            let redactor = Redactor::for_config(config.as_ref(), &args.redact);
+            let record = replay::RecordDir::open(dir, redactor).with_context(|| {
+                format!("cannot keep cassettes in --record-dir {}", dir.display())
+            })?;
+            Some(Arc::new(record))
+        }
+        None => None,
+    };
     let hub = Hub::start(config.as_ref());
     let options = ServeOptions {
         limits,
         max_timeout: Duration::from_secs_f64(args.max_timeout),
+        record,
     };
     if let Some(http) = http {
         mcp_code_mode::server::http::serve_http(hub, pool, options, http).await?;
@@ -445,33 +521,88 @@ fn harden_process() {
 }
 
 /// Exit codes: 0 the script succeeded, 1 it raised (or was stopped), 2 usage or configuration error.
-async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (code, filename) = if args.script.as_os_str() == "-" {
-        let mut code = String::new();
-        std::io::stdin()
-            .read_to_string(&mut code)
-            .context("cannot read the script from standard input")?;
-        (code, "<stdin>".to_owned())
-    } else {
-        let code = std::fs::read_to_string(&args.script)
-            .with_context(|| format!("cannot read script '{}'", args.script.display()))?;
-        let name = args
-            .script
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        (code, name)
+async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
+    // A replay reads its cassette first: the script, seed and limits may come from it.
+    let cassette = match &args.replay {
+        Some(path) => Some(Cassette::load(path)?),
+        None => None,
     };
-    // The same lookup as `serve`; the servers start in the background, so a script that calls
-    // no tools (or calls them later) does not wait for them.
-    let servers = load_config(&args.config)?;
-    let hub = servers.as_ref().map(|servers| Hub::start(Some(servers)));
-    let sandboxes = sandboxes(args.sandbox, &args.limits, args.no_snapshot, None)?;
-    let mut config = SandboxConfig::new(args.limits.limits(), snapshot(args.no_snapshot));
-    config.seed = args.seed;
-    if let Some(hub) = &hub {
-        config.tools = hub.clone();
+    let (code, filename) = match (&args.script, cassette.as_ref().zip(args.replay.as_ref())) {
+        (Some(script), _) => read_script(script)?,
+        (None, Some((cassette, path))) => match &cassette.header.script {
+            Some(script) => (script.code.clone(), script.filename.clone()),
+            None => anyhow::bail!(
+                "cassette {} holds no script: name the script to run against it",
+                path.display()
+            ),
+        },
+        (None, None) => unreachable!("clap requires a script unless --replay is given"),
+    };
+    let mut limits = args.limits.clone();
+    let mut seed = args.seed;
+    if let (Some(cassette), Some(path)) = (&cassette, &args.replay) {
+        seed = seed.or(cassette.header.seed);
+        if let Some(recorded) = cassette.header.limits {
+            recorded_limits(&mut limits, recorded, given)
+                .with_context(|| format!("cassette {}: \"limits\"", path.display()))?;
+        }
     }
+    if let Some(path) = &args.record {
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if folder.is_some_and(|f| !f.is_dir()) {
+            anyhow::bail!(
+                "cannot record to {}: there is no folder {}",
+                path.display(),
+                folder.unwrap_or(Path::new(".")).display()
+            );
+        }
+    }
+
+    let mut hub = None;
+    let mut player = None;
+    let mut recorder = None;
+    let tools: Arc<dyn ToolHost> = match (cassette, &args.replay) {
+        (Some(cassette), Some(path)) => {
+            let playing = Arc::new(Player::new(
+                cassette,
+                &replay::label(path),
+                args.replay_match,
+            ));
+            player = Some(playing.clone());
+            playing
+        }
+        _ => {
+            // The same lookup as `serve`; the servers start in the background, so a script that
+            // calls no tools (or calls them later) does not wait for them.
+            let servers = load_config(&args.config)?;
+            let live: Arc<dyn ToolHost> = match servers.as_ref() {
+                Some(servers) => {
+                    let started = Hub::start(Some(servers));
+                    hub = Some(started.clone());
+                    started
+                }
+                None => Arc::new(NoTools),
+            };
+            match &args.record {
+                Some(_) => {
+                    let redactor = Redactor::for_config(servers.as_ref(), &args.redact);
+                    let recording = Arc::new(Recorder::new(live, Arc::new(redactor)));
+                    recorder = Some(recording.clone());
+                    recording
+                }
+                None => live,
+            }
+        }
+    };
+    let script = recorder.is_some().then(|| replay::Script {
+        filename: filename.clone(),
+        code: code.clone(),
+    });
+
+    let sandboxes = sandboxes(args.sandbox, &limits, args.no_snapshot, None)?;
+    let mut config = SandboxConfig::new(limits.limits(), snapshot(args.no_snapshot));
+    config.seed = seed;
+    config.tools = tools;
     if !args.json {
         config.live_output = Some(Box::new(|stream, bytes| {
             let _ = match stream {
@@ -495,12 +626,82 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         print_tail(&outcome);
     }
+    let saved = match (&recorder, &args.record) {
+        (Some(recorder), Some(path)) => recorder
+            .cassette(replay::RunInfo {
+                execution_id: replay::new_execution_id(),
+                seed,
+                script,
+                limits: Some(replay::RecordedLimits::from(&limits.limits())),
+            })
+            .save(path),
+        _ => Ok(()),
+    };
+    if let Some(player) = &player {
+        let unused = player.unused();
+        if !unused.is_empty() {
+            const SHOWN: usize = 5;
+            tracing::warn!(
+                "replay: {} recorded call(s) were not made: {}{}",
+                unused.len(),
+                unused[..unused.len().min(SHOWN)].join("; "),
+                if unused.len() > SHOWN { "; …" } else { "" }
+            );
+        }
+    }
     // Explicitly, not on drop: the sandbox's thread may hold the hub past our exit, and then
     // nothing would stop the servers' escaped descendants.
     if let Some(hub) = &hub {
         hub.shutdown().await;
     }
+    saved?;
     Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8))
+}
+
+/// The script at `path` (`-`: standard input) and the name its tracebacks use.
+fn read_script(path: &Path) -> anyhow::Result<(String, String)> {
+    if path.as_os_str() == "-" {
+        let mut code = String::new();
+        std::io::stdin()
+            .read_to_string(&mut code)
+            .context("cannot read the script from standard input")?;
+        return Ok((code, "<stdin>".to_owned()));
+    }
+    let code = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read script '{}'", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok((code, name))
+}
+
+/// The limits a cassette was recorded with, as a replay applies them: each one not given on the
+/// command line, checked as the flag would be.
+fn recorded_limits(
+    limits: &mut LimitArgs,
+    recorded: replay::RecordedLimits,
+    given: LimitsGiven,
+) -> anyhow::Result<()> {
+    if !given.timeout {
+        limits.timeout = config::parse_timeout(&recorded.timeout_s.to_string())
+            .map_err(|e| anyhow::anyhow!("timeout_s: {e}"))?;
+    }
+    if !given.memory_mb {
+        if !MEMORY_MB.contains(&recorded.memory_mb) {
+            anyhow::bail!(
+                "memory_mb: {} is out of range ({} to {})",
+                recorded.memory_mb,
+                MEMORY_MB.start(),
+                MEMORY_MB.end()
+            );
+        }
+        limits.memory_mb = recorded.memory_mb;
+    }
+    if !given.max_output {
+        limits.max_output = recorded.max_output;
+    }
+    Ok(())
 }
 
 /// After streaming: the truncation notices, the last expression's value (as JSON, on its own

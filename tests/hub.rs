@@ -53,6 +53,7 @@ fn server(name: &str, command: &str, args: Vec<String>) -> ServerConfig {
         description: format!("the {name} test server"),
         disabled: false,
         timeout: Duration::from_secs(20),
+        secrets: Vec::new(),
     }
 }
 

@@ -7,7 +7,7 @@ use crate::util::{text, BIN};
 use std::path::Path;
 use std::process::Output;
 
-fn parity(args: &[&str]) -> Output {
+pub(crate) fn parity(args: &[&str]) -> Output {
     crate::util::command(BIN)
         .arg("parity")
         .args(args)
@@ -18,11 +18,24 @@ fn parity(args: &[&str]) -> Output {
 }
 
 /// The table row of `script`.
-fn row<'a>(stdout: &'a str, script: &str) -> &'a str {
+pub(crate) fn row<'a>(stdout: &'a str, script: &str) -> &'a str {
     stdout
         .lines()
         .find(|l| l.starts_with(&format!("{script} ")))
         .unwrap_or_else(|| panic!("no row for {script} in:\n{stdout}"))
+}
+
+/// The summary's `tool calls: A in V8 (B succeeded), C in Chromium (D succeeded)`: [A, B, C, D].
+pub(crate) fn tool_call_counts(stdout: &str) -> Vec<usize> {
+    let calls: Vec<usize> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tool calls: "))
+        .unwrap_or_else(|| panic!("no tool call count in:\n{stdout}"))
+        .split_whitespace()
+        .filter_map(|word| word.trim_start_matches('(').parse().ok())
+        .collect();
+    assert_eq!(calls.len(), 4, "{stdout}");
+    calls
 }
 
 #[test]
@@ -59,14 +72,7 @@ fn the_corpus_behaves_the_same_in_v8_and_chromium() {
     }
     // Tool calls really reached the servers (a hub that failed to start would give both hosts the
     // same empty catalogue, and the same errors).
-    let calls: Vec<usize> = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("tool calls: "))
-        .unwrap_or_else(|| panic!("no tool call count in:\n{stdout}"))
-        .split_whitespace()
-        .filter_map(|word| word.trim_start_matches('(').parse().ok())
-        .collect();
-    assert_eq!(calls.len(), 4, "{stdout}");
+    let calls = tool_call_counts(&stdout);
     assert_eq!((calls[0], calls[1]), (calls[2], calls[3]), "{stdout}");
     assert!(
         calls[1] >= 40,

@@ -8,6 +8,7 @@ mod http;
 mod hub;
 mod parity;
 mod remote;
+mod replay;
 mod sandbox;
 mod server;
 mod util;

@@ -67,6 +67,18 @@ pub fn cli_env(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Output {
         .expect("the binary ends")
 }
 
+/// [`cli_in`] with these environment variables set.
+pub fn cli_in_env(
+    cwd: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: &str,
+) -> Output {
+    spawn_cli(BIN, cwd, args, env, stdin)
+        .wait_with_output()
+        .expect("the binary ends")
+}
+
 /// The CLI started with piped streams, `stdin` written to it and closed.
 fn spawn_cli(
     bin: &str,

@@ -6,7 +6,9 @@
 //! (`engine::boot_settings`: memory cap, Pyodide `env`, hash seed) and draw their randomness from
 //! the same seeded stream (`engine::entropy_source`). The browser's tool calls come back over a
 //! loopback HTTP endpoint to the same kind of hub the V8 host uses, started fresh for each run
-//! against a freshly emptied scratch folder, so both hosts see the same downstream state.
+//! against a freshly emptied scratch folder, so both hosts see the same downstream state. With
+//! `--replay DIR` no server starts: each host answers from a fresh player of the script's
+//! cassette; `--record DIR` keeps the V8 host's traffic per script.
 //!
 //!   mod.rs      the command: scripts, runs, the table, the exit code
 //!   http.rs     the loopback server the page loads from and reaches Rust through
@@ -23,6 +25,10 @@ use crate::bridge::{NoTools, ToolCallRecord, ToolHost};
 use crate::config::{self, Config};
 use crate::engine::{ErrorInfo, Job, Limits, Sandbox, SandboxConfig, Snapshot};
 use crate::hub::{Hub, ServerState};
+use crate::replay::{
+    self, Cassette, MatchMode, Player, RecordDir, RecordedLimits, Recorder, Redactor, RunInfo,
+    Script,
+};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 use serde_json::Value;
@@ -70,6 +76,13 @@ pub struct ParityArgs {
     /// After the table, print every differing field of every differing script in full.
     #[arg(long)]
     pub verbose: bool,
+    /// Start no server: answer each script's tool calls, in both hosts, from DIR/<script>.jsonl
+    /// (made by --record, or `run --record`). A script without one runs without servers.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "record"])]
+    pub replay: Option<PathBuf>,
+    /// Record each script's tool calls in the V8 host to DIR/<script>.jsonl, for --replay.
+    #[arg(long, value_name = "DIR", requires = "config")]
+    pub record: Option<PathBuf>,
 }
 
 /// What one host made of one script: the fields that are compared, and its time.
@@ -91,6 +104,8 @@ pub struct ScriptReport {
     /// Set when both hosts ran the script.
     pub comparison: Option<Comparison>,
     pub tool_calls: (Vec<ToolCallRecord>, Vec<ToolCallRecord>),
+    /// Its tool calls were answered from a cassette.
+    pub replayed: bool,
 }
 
 impl ScriptReport {
@@ -103,6 +118,18 @@ impl ScriptReport {
 
     pub fn is_same(&self) -> bool {
         matches!(&self.comparison, Some(c) if c.verdict == Verdict::Same)
+    }
+
+    /// A script neither host could run, and why.
+    fn unable(name: String, message: String) -> Self {
+        Self {
+            name,
+            v8: Err(message.clone()),
+            browser: Err(message),
+            comparison: None,
+            tool_calls: Default::default(),
+            replayed: false,
+        }
     }
 }
 
@@ -129,6 +156,18 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    if let Some(dir) = args.replay.as_ref().filter(|d| !d.is_dir()) {
+        bail!("--replay {}: no such folder", dir.display());
+    }
+    let record = match &args.record {
+        Some(dir) => {
+            let redactor = Redactor::for_config(config.as_ref(), &[]);
+            let record = RecordDir::open(dir, redactor)
+                .with_context(|| format!("cannot keep cassettes in --record {}", dir.display()))?;
+            Some(record)
+        }
+        None => None,
+    };
     let server = http::Server::start()
         .await
         .context("cannot start the loopback HTTP server for Chromium")?;
@@ -147,6 +186,8 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
         scratch,
         server,
         browser,
+        replay: args.replay.clone(),
+        record,
     };
 
     let width = scripts
@@ -158,7 +199,7 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     let _ = writeln!(
         out,
-        "parity: {} script(s), seed {}, {}, V8 (deno_core) vs {}",
+        "parity: {} script(s), seed {}, {}, V8 (deno_core) vs {}{}",
         scripts.len(),
         args.seed,
         if args.no_snapshot {
@@ -166,7 +207,11 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
         } else {
             "both restoring the embedded snapshot"
         },
-        chromium.display()
+        chromium.display(),
+        match &args.replay {
+            Some(dir) => format!(", tool calls answered from cassettes in {}", dir.display()),
+            None => String::new(),
+        }
     );
     let _ = writeln!(
         out,
@@ -221,6 +266,14 @@ pub async fn main(args: ParityArgs) -> anyhow::Result<ExitCode> {
         out,
         "tool calls: {v8_calls} in V8 ({v8_ok} succeeded), {browser_calls} in Chromium ({browser_ok} succeeded)"
     );
+    if let Some(dir) = &args.replay {
+        let replayed = reports.iter().filter(|r| r.replayed).count();
+        let _ = writeln!(
+            out,
+            "cassettes: {replayed} script(s) replayed from {}",
+            dir.display()
+        );
+    }
     Ok(if same == reports.len() {
         ExitCode::SUCCESS
     } else {
@@ -345,6 +398,10 @@ struct Runner {
     scratch: PathBuf,
     server: http::Server,
     browser: browser::Browser,
+    /// `--replay`: the folder of the scripts' cassettes.
+    replay: Option<PathBuf>,
+    /// `--record`: where the V8 host's tool traffic is kept, per script.
+    record: Option<RecordDir>,
 }
 
 /// What the prelude reports (codemode.run_job), in both hosts.
@@ -361,14 +418,12 @@ impl Runner {
             Ok(code) => code,
             Err(e) => {
                 let message = format!("cannot read {}: {e}", path.display());
-                return ScriptReport {
-                    name,
-                    v8: Err(message.clone()),
-                    browser: Err(message),
-                    comparison: None,
-                    tool_calls: Default::default(),
-                };
+                return ScriptReport::unable(name, message);
             }
+        };
+        let cassette = match self.cassette(path) {
+            Ok(cassette) => cassette,
+            Err(message) => return ScriptReport::unable(name, message),
         };
         let job = Job {
             code: code.clone(),
@@ -388,11 +443,26 @@ impl Runner {
         let v8 = match sandbox {
             Ok(sandbox) => {
                 let hub = self.fresh_hub(needs_tools).await;
-                sandbox.set_tools(tool_host(&hub));
+                let host = tool_host(&hub, &cassette);
+                let recorder = match (&self.record, &hub) {
+                    (Some(record), Some(_)) => Some(Arc::new(Recorder::new(
+                        host.clone(),
+                        record.redactor.clone(),
+                    ))),
+                    _ => None,
+                };
+                sandbox.set_tools(match &recorder {
+                    Some(recorder) => recorder.clone(),
+                    None => host,
+                });
                 let outcome = sandbox.execute(job.clone()).await;
                 stop_hub(hub).await;
                 v8_calls = outcome.tool_calls.clone();
-                Ok(HostOutcome {
+                let saved = match (&recorder, &self.record) {
+                    (Some(recorder), Some(record)) => self.save(recorder, record, path, &job),
+                    _ => Ok(()),
+                };
+                saved.map(|()| HostOutcome {
                     stdout: outcome.stdout,
                     stderr: outcome.stderr,
                     result: outcome.result,
@@ -409,7 +479,7 @@ impl Runner {
             Ok((page, session, found)) => {
                 facts = found;
                 let hub = self.fresh_hub(needs_tools).await;
-                session.tools.set_host(tool_host(&hub));
+                session.tools.set_host(tool_host(&hub, &cassette));
                 let outcome = self.run_in_browser(&page, &session, &job).await;
                 stop_hub(hub).await;
                 browser_calls = std::mem::take(&mut *session.tools.calls.lock());
@@ -434,7 +504,43 @@ impl Runner {
             browser,
             comparison,
             tool_calls: (v8_calls, browser_calls),
+            replayed: cassette.is_some(),
         }
+    }
+
+    /// The script's cassette when replaying and the folder holds one (`<stem>.jsonl`), with its
+    /// name for messages.
+    fn cassette(&self, script: &Path) -> Result<Option<(Cassette, String)>, String> {
+        let Some(dir) = &self.replay else {
+            return Ok(None);
+        };
+        let file = dir.join(cassette_name(script));
+        if !file.exists() {
+            return Ok(None);
+        }
+        let cassette = Cassette::load(&file).map_err(|e| format!("{e:#}"))?;
+        Ok(Some((cassette, replay::label(&file))))
+    }
+
+    /// Saves what `recorder` heard as the script's cassette in the record folder.
+    fn save(
+        &self,
+        recorder: &Recorder,
+        record: &RecordDir,
+        script: &Path,
+        job: &Job,
+    ) -> Result<(), String> {
+        let cassette = recorder.cassette(RunInfo {
+            execution_id: replay::new_execution_id(),
+            seed: Some(self.seed),
+            script: Some(Script {
+                filename: job.filename.clone(),
+                code: job.code.clone(),
+            }),
+            limits: Some(RecordedLimits::from(&self.limits)),
+        });
+        let path = record.dir().join(cassette_name(script));
+        cassette.save(&path).map_err(|e| format!("{e:#}"))
     }
 
     /// A new tab with Pyodide booted in its worker, ready for one job.
@@ -578,11 +684,22 @@ impl Runner {
     }
 }
 
-fn tool_host(hub: &Option<Arc<Hub>>) -> Arc<dyn ToolHost> {
-    match hub {
-        Some(hub) => hub.clone(),
-        None => Arc::new(NoTools),
+/// What a host's tool calls reach: the script's cassette when replaying (a fresh player for each
+/// host), else the fresh hub, else nothing.
+fn tool_host(hub: &Option<Arc<Hub>>, cassette: &Option<(Cassette, String)>) -> Arc<dyn ToolHost> {
+    match (cassette, hub) {
+        (Some((cassette, label)), _) => {
+            Arc::new(Player::new(cassette.clone(), label, MatchMode::Strict))
+        }
+        (None, Some(hub)) => hub.clone(),
+        (None, None) => Arc::new(NoTools),
     }
+}
+
+/// A script's cassette file: `tools_notes.py` → `tools_notes.jsonl`.
+fn cassette_name(script: &Path) -> String {
+    let stem = script.file_stem().unwrap_or(script.as_os_str());
+    format!("{}.jsonl", stem.to_string_lossy())
 }
 
 async fn stop_hub(hub: Option<Arc<Hub>>) {

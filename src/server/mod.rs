@@ -13,6 +13,7 @@ use crate::bridge::view::PythonView;
 use crate::bridge::{ServerCatalog, ToolCallRecord, ToolHost};
 use crate::engine::{ErrorInfo, Job, Limits, Outcome, Pool};
 use crate::hub::Hub;
+use crate::replay::{RecordDir, RecordedLimits, Recorder, RunInfo, Script};
 use futures::future::BoxFuture;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -47,10 +48,13 @@ pub struct ExecutionReport {
     /// Every tool call the script made, in order.
     pub tool_calls: Vec<ToolCallRecord>,
     pub duration_ms: f64,
+    /// This execution's id. With `serve --record-dir DIR`, its cassette is `DIR/<id>.jsonl`,
+    /// which `mcp-code-mode run --replay` runs again without any server.
+    pub execution_id: String,
 }
 
-impl From<Outcome> for ExecutionReport {
-    fn from(o: Outcome) -> Self {
+impl ExecutionReport {
+    fn new(o: Outcome, execution_id: String) -> Self {
         Self {
             stdout: o.stdout,
             stderr: o.stderr,
@@ -58,6 +62,7 @@ impl From<Outcome> for ExecutionReport {
             error: o.error,
             tool_calls: o.tool_calls,
             duration_ms: o.duration_ms,
+            execution_id,
         }
     }
 }
@@ -113,10 +118,12 @@ pub struct GetSignaturesArgs {
 }
 
 /// Server-wide settings from the command line.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct ServeOptions {
     pub limits: Limits,
     pub max_timeout: Duration,
+    /// `--record-dir`: where each execution's cassette is kept, and what is kept out of it.
+    pub record: Option<Arc<RecordDir>>,
 }
 
 #[derive(Clone)]
@@ -175,21 +182,35 @@ impl CodeModeServer {
                 ))]))
             }
         };
+        let execution_id = crate::replay::new_execution_id();
         let progress = meta
             .get_progress_token()
             .map(|token| Progress::new(peer, token));
+        let recorder = self
+            .options
+            .record
+            .as_ref()
+            .map(|record| Arc::new(Recorder::new(self.hub.clone(), record.redactor.clone())));
+        let inner: Arc<dyn ToolHost> = match &recorder {
+            Some(recorder) => recorder.clone(),
+            None => self.hub.clone(),
+        };
         let tools: Arc<dyn ToolHost> = match &progress {
             Some(p) => Arc::new(ReportingHost {
-                inner: self.hub.clone(),
+                inner,
                 progress: p.clone(),
             }),
-            None => self.hub.clone(),
+            None => inner,
         };
         let job = Job {
             code: args.code,
             filename: "<code>".into(),
             timeout: Some(timeout),
         };
+        let script = recorder.is_some().then(|| Script {
+            filename: job.filename.clone(),
+            code: job.code.clone(),
+        });
         let run = async {
             let sandbox = self
                 .pool
@@ -208,8 +229,30 @@ impl CodeModeServer {
                 return Err(McpError::internal_error("execution cancelled by the client", None));
             }
         };
+        if let (Some(recorder), Some(record)) = (recorder, &self.options.record) {
+            let cassette = recorder.cassette(RunInfo {
+                execution_id: execution_id.clone(),
+                seed: None,
+                script,
+                limits: Some(RecordedLimits::from(&Limits {
+                    timeout,
+                    ..self.options.limits
+                })),
+            });
+            let path = record.path(&execution_id);
+            let shown = path.display().to_string();
+            // Off the runtime's workers: a cassette may be megabytes.
+            let saved = tokio::task::spawn_blocking(move || cassette.save(&path)).await;
+            match saved {
+                Ok(Ok(())) => tracing::info!("execution {execution_id}: cassette {shown}"),
+                Ok(Err(e)) => tracing::warn!("execution {execution_id}: {e:#}"),
+                Err(e) => {
+                    tracing::warn!("execution {execution_id}: the cassette was not saved: {e}")
+                }
+            }
+        }
         let failed = outcome.error.is_some();
-        let report = serde_json::to_value(ExecutionReport::from(outcome))
+        let report = serde_json::to_value(ExecutionReport::new(outcome, execution_id))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let text = report_text(&report);
         let mut result = if failed {
@@ -433,9 +476,9 @@ impl Progress {
     }
 }
 
-/// Passes calls to the hub and reports each finished call as progress.
+/// Passes calls to the hub (or its recorder) and reports each finished call as progress.
 struct ReportingHost {
-    inner: Arc<Hub>,
+    inner: Arc<dyn ToolHost>,
     progress: Progress,
 }
 

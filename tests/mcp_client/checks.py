@@ -122,7 +122,7 @@ async def execute(client, code, progress_callback=None, **extra):
     result = await client.call_tool("execute_code", {"code": code, **extra}, progress_callback=progress_callback)
     report = result.structured_content
     expect(isinstance(report, dict), f"execute_code returned no structured content: {result}")
-    for key in ("stdout", "stderr", "result", "error", "tool_calls", "duration_ms"):
+    for key in ("stdout", "stderr", "result", "error", "tool_calls", "duration_ms", "execution_id"):
         expect(key in report, f"report lacks {key!r}: {report}")
     expect(bool(result.is_error) == (report["error"] is not None), f"isError disagrees with error: {result}")
     text = "".join(getattr(c, "text", "") for c in result.content)
@@ -574,6 +574,42 @@ async def check_http_front(client, data, tmp, server):
 
 HTTP_ONLY = {"http_front"}
 
+# check_record: our binary, which it runs again as `run --replay`; set by main.
+BIN = None
+
+
+async def check_record(client, data, tmp):
+    """serve --record-dir: the report names its execution id; `run --replay` of that cassette, from
+    an empty folder with no config and no PATH (no server can start), prints what it printed."""
+    code = (
+        "import asyncio\n"
+        "fs, ev = tools.filesystem, tools.everything\n"
+        "root = fs.list_allowed_directories()['content'].splitlines()[1]\n"
+        "print(fs.read_text_file(path=f'{root}/notes/alpha.txt')['content'])\n"
+        "print(await asyncio.gather(*(ev.get_sum.aio(a=i, b=i) for i in range(3))))\n"
+        "tools.memory.create_entities(entities=[{'name': 'rec', 'entityType': 't', 'observations': ['ö']}])\n"
+        "sorted(e['name'] for e in tools.memory.read_graph()['entities'])\n"
+    )
+    report = ok(await execute(client, code))
+    execution_id = report.get("execution_id")
+    expect(isinstance(execution_id, str) and execution_id, f"no execution_id: {report}")
+    other = ok(await execute(client, "1"))
+    expect(other["execution_id"] != execution_id, f"two executions share the id {execution_id}")
+    cassette = tmp / "cassettes" / f"{execution_id}.jsonl"
+    expect(cassette.is_file(), f"no cassette {cassette}: {sorted(p.name for p in (tmp / 'cassettes').iterdir())}")
+    # The data folder came from ${TEST_DATA_DIR}: a value from the environment is kept out.
+    expect(str(data) not in cassette.read_text(), "the expanded ${TEST_DATA_DIR} is in the cassette")
+    empty = tmp / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_CODE_MODE_")}
+    env["PATH"] = ""
+    out = subprocess.run([BIN, "run", "--replay", str(cassette)], cwd=empty, env=env, capture_output=True,
+                         text=True, timeout=120)
+    expected = report["stdout"] + json.dumps(report["result"], ensure_ascii=False, separators=(",", ":")) + "\n"
+    expect(out.returncode == 0 and out.stdout == expected and out.stderr == report["stderr"],
+           f"the replay printed {out.stdout!r} (stderr {out.stderr!r}, exit {out.returncode}), the execution {expected!r}")
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 
@@ -584,6 +620,8 @@ async def main():
     parser.add_argument("--mode", choices=["auto", "legacy"], required=True)
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     args = parser.parse_args()
+    global BIN
+    BIN = args.bin
     if args.check in HTTP_ONLY and args.transport != "http":
         parser.error(f"{args.check} runs only with --transport http")
     with tempfile.TemporaryDirectory() as tmp:
@@ -594,12 +632,13 @@ async def main():
         )
         server = None
         options = dict(mode=args.mode, read_timeout_seconds=60, message_handler=record_notification)
+        record = ["--record-dir", str(tmp / "cassettes")] if args.check == "record" else []
         if args.transport == "http":
-            extra = ["--max-sessions", "3"] if args.check == "http_front" else []
+            extra = ["--max-sessions", "3"] if args.check == "http_front" else record
             server = HttpServer(args.bin, tmp, config_path, env, extra)
             connect = server.client(**options)
         else:
-            params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path)], env=env)
+            params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path), *record], env=env)
             connect = Client(params, **options)
         try:
             connecting = time.monotonic()
