@@ -155,6 +155,10 @@ pub struct OAuthSettings {
     pub client_credentials: bool,
     /// The loopback port the authorization redirect comes back to (0: any free port).
     pub redirect_port: u16,
+    /// An HTTPS URL where the user hosts this client's metadata document (a Client ID Metadata
+    /// Document): used as the client id where the authorization server supports it, in place
+    /// of dynamic registration.
+    pub client_metadata_url: Option<String>,
 }
 
 impl std::fmt::Debug for OAuthSettings {
@@ -168,6 +172,7 @@ impl std::fmt::Debug for OAuthSettings {
             .field("scopes", &self.scopes)
             .field("client_credentials", &self.client_credentials)
             .field("redirect_port", &self.redirect_port)
+            .field("client_metadata_url", &self.client_metadata_url)
             .finish()
     }
 }
@@ -722,6 +727,7 @@ const OAUTH_FIELDS: &[&str] = &[
     "scopes",
     "grant",
     "redirect_port",
+    "client_metadata_url",
 ];
 
 fn parse_oauth(
@@ -825,12 +831,24 @@ fn parse_oauth(
             ))
         }
     };
+    let client_metadata_url = string("client_metadata_url")?;
+    if let Some(url) = &client_metadata_url {
+        let has_path = reqwest::Url::parse(url)
+            .is_ok_and(|u| u.scheme() == "https" && u.host().is_some() && u.path() != "/");
+        if !has_path {
+            return Err(ctx.field_error(
+                "oauth.client_metadata_url",
+                format!("expected an https URL with a path (where the client's metadata document is served), got \"{url}\""),
+            ));
+        }
+    }
     Ok(OAuthSettings {
         client_id,
         client_secret,
         scopes,
         client_credentials,
         redirect_port,
+        client_metadata_url,
     })
 }
 
@@ -1282,6 +1300,14 @@ mod tests {
             (
                 r#"{"url": "https://e.com/mcp", "oauth": {"client_id": "x"}, "headers": {"authorization": "y"}}"#,
                 "and headers.Authorization both set the credential",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"client_metadata_url": "http://e.com/client.json"}}"#,
+                "field \"oauth.client_metadata_url\": expected an https URL with a path",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"client_metadata_url": "https://e.com/"}}"#,
+                "expected an https URL with a path",
             ),
             (
                 r#"{"type": "websocket", "url": "wss://e.com"}"#,

@@ -41,6 +41,8 @@ enum Command {
     Run(RunArgs),
     /// Start the server as a child, drive it as an MCP client, and print a transcript.
     Debug(DebugArgs),
+    /// Sign in to a remote server that uses OAuth, ahead of time (tokens kept for serve and run).
+    Login(LoginArgs),
     /// Measure start-up, round trips, overhead and memory; print one table (see README).
     Bench(BenchArgs),
     /// Run Python scripts in this V8 host and in headless Chromium and compare them byte for byte.
@@ -124,6 +126,14 @@ struct BenchArgs {
     /// Measure only these rows of the table (1-9; 8 is the forked sandbox beside threads, 9 HTTP and HAProxy), e.g. `--only 2,8`.
     #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=9))]
     only: Vec<u8>,
+}
+
+#[derive(Args)]
+struct LoginArgs {
+    /// The remote server to sign in to, by its name in the config.
+    server: String,
+    #[command(flatten)]
+    config: ConfigArg,
 }
 
 #[derive(Args)]
@@ -385,6 +395,7 @@ fn main() -> ExitCode {
                 mcp_code_mode::bench::run(args.quick, &args.only).await?;
                 Ok(ExitCode::SUCCESS)
             }
+            Command::Login(args) => login(args).await,
             Command::Debug(args) => {
                 let ok = mcp_code_mode::debug::run(args.config.config.as_deref()).await?;
                 Ok(if ok {
@@ -409,6 +420,30 @@ fn load_config(arg: &ConfigArg) -> anyhow::Result<Option<Config>> {
     match config::resolve_path(arg.config.as_deref()) {
         Some(path) => Ok(Some(config::load(&path)?)),
         None => Ok(None),
+    }
+}
+
+/// `login SERVER`: exit 0 signed in (or nothing to do), 1 the sign-in failed, 2 no such remote
+/// server.
+async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
+    let Some(config) = load_config(&args.config)? else {
+        anyhow::bail!(
+            "no configuration to find \"{}\" in: pass --config FILE, set {}, or create {}",
+            args.server,
+            config::PATH_ENV,
+            config::DEFAULT_PATH
+        );
+    };
+    let server = Hub::remote_server(&config, &args.server).map_err(anyhow::Error::msg)?;
+    match Hub::login(server).await {
+        Ok(done) => {
+            eprintln!("mcp-code-mode: {done}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("mcp-code-mode: cannot sign in to '{}': {e}", args.server);
+            Ok(ExitCode::from(1))
+        }
     }
 }
 

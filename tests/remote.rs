@@ -354,3 +354,184 @@ fn the_conformance_suite_client_scenarios_pass() {
         eprintln!("{scenario}: {} checks passed", checks.len());
     }
 }
+
+/// `$BROWSER` for the OAuth tests: tests/conformance/browser.py opens the sign-in address.
+fn browser() -> String {
+    format!(
+        "python3 {}/tests/conformance/browser.py",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// The suite's OAuth client scenarios (2025-11-25, 2025-03-26's endpoint fallback, the drafts and
+/// the client-credentials extension): discovery, registration (dynamic, pre-registered, metadata
+/// document), PKCE, token endpoint auth methods, scopes and step-up; a person "signs in" through
+/// $BROWSER, a tool call follows. The README lists the scenarios left out, and why.
+#[test]
+fn the_conformance_suite_auth_scenarios_pass() {
+    let browser = browser();
+    for scenario in AUTH_SCENARIOS {
+        let config_home = tempfile::tempdir().unwrap();
+        let checks = client_scenario(
+            scenario,
+            &[
+                ("BROWSER", browser.as_str()),
+                ("XDG_CONFIG_HOME", config_home.path().to_str().unwrap()),
+            ],
+        );
+        eprintln!("{scenario}: {} checks passed", checks.len());
+    }
+}
+
+const AUTH_SCENARIOS: &[&str] = &[
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/basic-cimd",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    "auth/client-credentials-basic",
+];
+
+/// The suite's server for one scenario, started by itself (no client command): it serves until
+/// interrupted, then prints its checks.
+struct ScenarioServer {
+    child: Child,
+    url: String,
+}
+
+impl ScenarioServer {
+    fn start(scenario: &str) -> Self {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let suite = fixtures.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+        let mut child = command(node22())
+            .arg(&suite)
+            .args(["client", "--scenario", scenario])
+            .current_dir(&fixtures)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node 22 runs the conformance suite");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let url = loop {
+            line.clear();
+            let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            assert!(n > 0, "the suite ended before naming its server's URL");
+            if let Some(url) = line.trim().strip_prefix("Server URL: ") {
+                break url.to_owned();
+            }
+        };
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        Self { child, url }
+    }
+}
+
+impl Drop for ScenarioServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `login` signs in ahead of time; the tokens are kept in a file only their owner can read, and
+/// `run` (with no browser to sign in with) then uses them.
+#[test]
+fn login_signs_in_ahead_of_time_and_run_uses_the_saved_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = ScenarioServer::start("auth/metadata-default");
+    let dir = tempfile::tempdir().unwrap();
+    let config_home = dir.path().join("config-home");
+    let config = dir.path().join("servers.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"servers": {"secured": {"url": server.url, "timeout_s": 10},
+                                       "local": {"command": "x"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let home = config_home.to_str().unwrap();
+    let browser = browser();
+
+    let out = cli_env(
+        &["login", "secured", "--config", config],
+        &[("BROWSER", browser.as_str()), ("XDG_CONFIG_HOME", home)],
+        "",
+    );
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("asks you to sign in") && said.contains("signed in; the tokens are kept in"),
+        "{said}"
+    );
+    let files: Vec<_> = std::fs::read_dir(config_home.join("mcp-code-mode/oauth"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mode = files[0].metadata().unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token file is the owner's only");
+    let dir_mode = std::fs::metadata(config_home.join("mcp-code-mode/oauth"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(dir_mode, 0o700);
+
+    // No $BROWSER now: the saved token is what gets it in.
+    let out = cli_env(
+        &["run", "--json", "--config", config, "-"],
+        &[("XDG_CONFIG_HOME", home)],
+        "sorted(dir(tools.secured))",
+    );
+    let v = json(&out);
+    assert_eq!(
+        v["error"],
+        serde_json::Value::Null,
+        "{v}
+{}",
+        text(&out.stderr)
+    );
+    assert!(
+        !text(&out.stderr).contains("asks you to sign in"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Bad input: no such server (a close name suggested), a local server.
+    let out = cli_env(
+        &["login", "secure", "--config", config],
+        &[("XDG_CONFIG_HOME", home)],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("has no server \"secure\": did you mean \"secured\"?"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli_env(
+        &["login", "local", "--config", config],
+        &[("XDG_CONFIG_HOME", home)],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("is not a remote server"),
+        "{}",
+        text(&out.stderr)
+    );
+}

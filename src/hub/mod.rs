@@ -10,6 +10,7 @@
 //! [`ToolHost::call`]; dropping that future aborts the call, which sends `notifications/cancelled`
 //! downstream.
 
+mod auth;
 mod remote;
 mod server;
 pub mod shape;
@@ -17,7 +18,7 @@ mod wire;
 
 use crate::bridge::view::{PythonView, ViewCache};
 use crate::bridge::{ServerCatalog, ToolCallError, ToolHost};
-use crate::config::Config;
+use crate::config::{Config, ServerConfig, Transport};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rmcp::model::CallToolRequestParams;
@@ -107,6 +108,35 @@ impl Hub {
             supervisors: Mutex::new(supervisors),
             view: ViewCache::default(),
         })
+    }
+
+    /// The remote server `name` of `config`, for `mcp-code-mode login`; `Err` names what is
+    /// wrong (an unknown name suggests the closest; a local server has nothing to sign in to).
+    pub fn remote_server<'a>(config: &'a Config, name: &str) -> Result<&'a ServerConfig, String> {
+        let Some(server) = config.servers.iter().find(|s| s.name == name) else {
+            let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
+            let hint = match crate::suggest::did_you_mean(name, names.iter().copied(), 1)[..] {
+                [close] => format!(": did you mean \"{close}\"?"),
+                _ => format!(" (its servers: {})", names.join(", ")),
+            };
+            return Err(format!(
+                "{} has no server \"{name}\"{hint}",
+                config.path.display()
+            ));
+        };
+        match &server.transport {
+            Transport::Http(_) => Ok(server),
+            _ => Err(format!(
+                "'{name}' is not a remote server (it has no \"url\"): there is nothing to sign in to"
+            )),
+        }
+    }
+
+    /// Signs in to the remote `server` ahead of time (`mcp-code-mode login`), so `serve` and
+    /// `run` find its tokens; for a client-credentials server, checks the grant. Says what it
+    /// did, or why it failed.
+    pub async fn login(server: &ServerConfig) -> Result<String, String> {
+        server::login(server).await
     }
 
     /// Waits until every enabled server's first start attempt has ended, successful or not (at
@@ -390,28 +420,74 @@ async fn call_tool(
 ) -> Result<Value, ToolCallError> {
     let name = slot.name();
     let timeout = slot.config.timeout;
-    let deadline = tokio::time::Instant::now() + timeout;
-    let live = ready(&slot, deadline).await?;
-    if !live.tools.iter().any(|t| t.name == tool) {
-        return Err(ToolCallError(unknown_tool(name, &tool, &live)));
+    let mut deadline = tokio::time::Instant::now() + timeout;
+    let mut live = ready(&slot, deadline).await?;
+    let mut stepped_up = false;
+    loop {
+        if !live.tools.iter().any(|t| t.name == tool) {
+            return Err(ToolCallError(unknown_tool(name, &tool, &live)));
+        }
+        let params = CallToolRequestParams::new(tool.clone()).with_arguments(arguments.clone());
+        // Timing out drops the request future, which sends notifications/cancelled downstream.
+        let outcome = tokio::time::timeout_at(deadline, live.peer.call_tool(params)).await;
+        return match outcome {
+            Err(_) => Err(ToolCallError(format!(
+                "MCP server '{name}': tool '{tool}' did not answer within {} (the server's timeout_s)",
+                seconds(timeout)
+            ))),
+            Ok(Ok(result)) => shape_result(&result),
+            Ok(Err(ServiceError::McpError(error))) => Err(ToolCallError(format!(
+                "MCP server '{name}': {}",
+                error.message
+            ))),
+            Ok(Err(error @ ServiceError::TransportSend(_)))
+                if error
+                    .auth_challenge()
+                    .is_some_and(server::is_insufficient_scope) =>
+            {
+                // A step-up: the connection ends, and the restart asks the person to sign in for
+                // the wider scope. The call is made once more on the new connection.
+                let challenge = error.auth_challenge().unwrap_or_default();
+                let wanted = server::wanted_scope(challenge);
+                if !stepped_up && slot.step_up.note(challenge) {
+                    stepped_up = true;
+                    if let Some(next) = restarted(&slot, &live).await {
+                        live = next;
+                        deadline = tokio::time::Instant::now() + timeout;
+                        continue;
+                    }
+                }
+                Err(ToolCallError(format!(
+                    "MCP server '{name}': tool '{tool}' needs an OAuth scope the token lacks ({wanted}); signing in for it did not succeed: run `mcp-code-mode login {name}`"
+                )))
+            }
+            Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => Err(
+                ToolCallError(crashed_during_call(&slot, &live, &tool).await),
+            ),
+            Ok(Err(other)) => Err(ToolCallError(format!("{name}: {other}"))),
+        };
     }
-    let params = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
-    // Timing out drops the request future, which sends notifications/cancelled downstream.
-    let outcome = tokio::time::timeout_at(deadline, live.peer.call_tool(params)).await;
-    match outcome {
-        Err(_) => Err(ToolCallError(format!(
-            "MCP server '{name}': tool '{tool}' did not answer within {} (the server's timeout_s)",
-            seconds(timeout)
-        ))),
-        Ok(Ok(result)) => shape_result(&result),
-        Ok(Err(ServiceError::McpError(error))) => Err(ToolCallError(format!(
-            "MCP server '{name}': {}",
-            error.message
-        ))),
-        Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => Err(
-            ToolCallError(crashed_during_call(&slot, &live, &tool).await),
-        ),
-        Ok(Err(other)) => Err(ToolCallError(format!("{name}: {other}"))),
+}
+
+/// The server's next connection after `old`, once it runs (a restart that may wait for a person
+/// to sign in); `None` if it went down instead.
+async fn restarted(slot: &Slot, old: &Arc<Live>) -> Option<Arc<Live>> {
+    let mut phase = slot.phase.subscribe();
+    let settled = tokio::time::timeout(
+        auth::SIGN_IN_WAIT + slot.config.timeout + Duration::from_secs(5),
+        phase.wait_for(|p| match p {
+            Phase::Running(live) => !Arc::ptr_eq(live, old),
+            Phase::Down { .. } | Phase::Disabled => true,
+            Phase::Starting { .. } => false,
+        }),
+    )
+    .await;
+    match settled {
+        Ok(Ok(phase)) => match &*phase {
+            Phase::Running(live) => Some(live.clone()),
+            _ => None,
+        },
+        _ => None,
     }
 }
 

@@ -340,6 +340,7 @@ pub(crate) fn describe_failure(
     server_name: &str,
     server: &HttpServer,
     error: &(dyn std::error::Error + 'static),
+    auth_required: bool,
 ) -> String {
     let url = shown_url(&server.url);
     let mut chain: Vec<&(dyn std::error::Error + 'static)> = Vec::new();
@@ -364,10 +365,6 @@ pub(crate) fn describe_failure(
         .map(|e| e.to_string())
         .collect::<Vec<_>>()
         .join(": ");
-    let auth_required = chain.iter().any(|e| {
-        e.downcast_ref::<StreamableHttpError<reqwest::Error>>()
-            .is_some_and(|e| matches!(e, StreamableHttpError::AuthRequired(_)))
-    }) || text.contains("Auth required");
     if auth_required {
         let has_authorization = server
             .headers
@@ -382,6 +379,14 @@ pub(crate) fn describe_failure(
                 "{url} requires authorization (HTTP 401): give a token in the config (\"headers\": {{\"Authorization\": \"Bearer ${{TOKEN}}\"}}, TOKEN from the environment or .env), or, if it uses OAuth, run `mcp-code-mode login {server_name}`"
             )
         };
+    }
+    if let Some(refusal) = chain.iter().find_map(|e| {
+        e.downcast_ref::<rmcp::transport::streamable_http_client::InsufficientScopeError>()
+    }) {
+        return format!(
+            "{url} refused the token for lack of scope (HTTP 403; {})",
+            super::server::wanted_scope(&refusal.www_authenticate_header)
+        );
     }
     let reqwest_error = chain
         .iter()

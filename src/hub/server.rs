@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{NotificationContext, Peer, QuitReason, RoleClient, ServiceExt};
+use rmcp::transport::auth::AuthClient;
 use rmcp::ClientHandler;
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
@@ -157,6 +158,8 @@ pub(crate) struct Slot {
     pub config: ServerConfig,
     pub phase: watch::Sender<Phase>,
     refresh: Arc<Notify>,
+    /// A remote server's requests for a wider OAuth scope.
+    pub step_up: StepUp,
 }
 
 #[derive(Clone)]
@@ -192,6 +195,7 @@ impl Slot {
             config,
             phase: watch::Sender::new(phase),
             refresh: Arc::new(Notify::new()),
+            step_up: StepUp::default(),
         }
     }
 
@@ -269,6 +273,12 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>) {
                 instance.stop().await;
                 match ended {
                     Ended::Shutdown => break,
+                    Ended::StepUp => {
+                        tracing::info!(
+                            "MCP server '{name}' wants a wider OAuth scope for a call; reconnecting to sign in for it"
+                        );
+                        continue;
+                    }
                     Ended::Down(reason) => {
                         if up_since.elapsed() >= STABLE_AFTER {
                             backoff = FIRST_BACKOFF;
@@ -324,6 +334,8 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>) {
 enum Ended {
     Shutdown,
     Down(String),
+    /// A call needs a wider OAuth scope: start again at once, signing in for it.
+    StepUp,
 }
 
 /// The connection's service loop; fused because it is awaited in a loop and again at stop.
@@ -413,6 +425,7 @@ async fn watch_running(slot: &Slot, shared: &Shared, mut instance: Instance) -> 
         Closed,
         Exited(Option<Exit>),
         ToolsChanged,
+        StepUp,
     }
     // When the tools may next be listed again (see RELIST_INTERVAL).
     let mut next_listing = tokio::time::Instant::now();
@@ -433,9 +446,13 @@ async fn watch_running(slot: &Slot, shared: &Shared, mut instance: Instance) -> 
             _ = &mut instance.quit => Event::Closed,
             exit = exited => Event::Exited(exit),
             _ = slot.refresh.notified() => Event::ToolsChanged,
+            _ = slot.step_up.requested.notified() => Event::StepUp,
         };
         match event {
             Event::Shutdown => break Ended::Shutdown,
+            // A left-over wake-up from a step-up the last start took care of is ignored.
+            Event::StepUp if slot.step_up.is_pending() => break Ended::StepUp,
+            Event::StepUp => {}
             Event::Closed => {
                 // The connection closed, usually because the process exited: name how, if it did.
                 let reason = match instance.process.as_mut() {
@@ -605,45 +622,269 @@ async fn start_local(slot: &Slot, spawned: Spawned) -> Result<Instance, String> 
     Err(reason)
 }
 
-/// Connects to a server over streamable HTTP and lists its tools.
+/// Connects to a server over streamable HTTP and lists its tools, with a token if it needs one:
+/// from the client-credentials grant or an earlier sign-in, else, when it answers 401, by
+/// signing a person in (auth.rs).
 async fn start_remote(slot: &Slot, server: &HttpServer) -> Result<Instance, String> {
+    let name = slot.name();
+    let http = super::remote::http_client(slot.config.timeout)?;
+    let guarded = super::remote::Guarded::new(name, http.clone());
+    let mut token = super::auth::without_person(name, server, &http)
+        .await
+        .map_err(|e| format!("failed to start: {e}"))?;
+    let had_token = token.is_some();
+    // A person can sign in only where a token is not configured some other way.
+    let configured = server.oauth.client_credentials
+        || server
+            .headers
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("authorization"));
+    // A call refused for lack of scope ended the last connection: sign in for that scope now.
+    // (Taken either way: a configured token cannot be widened by signing in, and a challenge
+    // taken counts as tried, so the call that asked gets its error at once next time.)
+    let pending = slot.step_up.take_pending();
+    let mut sign_in_for: Option<Option<String>> = if configured { None } else { pending.map(Some) };
+    let mut signed_in = 0;
+    let mut last_failure = String::new();
+    loop {
+        if let Some(challenge) = sign_in_for.take() {
+            signed_in += 1;
+            let manager = super::auth::sign_in(name, server, challenge.as_deref(), &http)
+                .await
+                .map_err(|e| {
+                    let before = if last_failure.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{last_failure}; ")
+                    };
+                    format!("failed to start: {before}signing in with OAuth did not succeed: {e}")
+                })?;
+            token = Some(manager);
+        }
+        let connected = match token.take() {
+            Some(manager) => {
+                connect_remote(slot, server, AuthClient::new(guarded.clone(), manager)).await
+            }
+            None => connect_remote(slot, server, guarded.clone()).await,
+        };
+        let failure = match connected {
+            Ok(instance) => return Ok(instance),
+            Err(failure) => failure,
+        };
+        let after = if signed_in > 0 {
+            " after signing in"
+        } else {
+            ""
+        };
+        last_failure = failure.message.clone();
+        if configured || signed_in >= MAX_SIGN_INS {
+            return Err(format!("failed to start{after}: {}", failure.message));
+        }
+        if failure.auth_required {
+            if signed_in == 0 && had_token {
+                tracing::warn!(
+                    "MCP server '{name}' refused the saved OAuth token; signing in again"
+                );
+            }
+            sign_in_for = Some(failure.challenge);
+        } else if let Some(challenge) = failure.challenge.filter(|c| is_insufficient_scope(c)) {
+            // Step-up: a token without a scope the server wants. Asking twice for the same
+            // scope would only ask the person again for what did not work.
+            if !slot.step_up.first_time(&challenge) {
+                return Err(format!(
+                    "failed to start{after}: {} (signing in again for that scope was tried and did not help)",
+                    failure.message
+                ));
+            }
+            tracing::info!("MCP server '{name}' wants a wider OAuth scope; signing in for it");
+            sign_in_for = Some(Some(challenge));
+        } else {
+            return Err(format!("failed to start{after}: {}", failure.message));
+        }
+    }
+}
+
+/// Sign-ins in one start: the first and one step-up to a wider scope (the conformance suite's
+/// scope-retry-limit scenario allows at most three).
+const MAX_SIGN_INS: u32 = 2;
+
+/// Whether a `WWW-Authenticate` challenge is a 403's `insufficient_scope` (RFC 6750 §3.1).
+pub(crate) fn is_insufficient_scope(challenge: &str) -> bool {
+    challenge.contains("insufficient_scope")
+}
+
+/// The scope a challenge asks for, as words for a message (`scope="a b"` → `scope a b`).
+pub(crate) fn wanted_scope(challenge: &str) -> String {
+    let scope = challenge
+        .split("scope=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next());
+    match scope {
+        Some(scope) if !scope.is_empty() => format!("it asks for scope {}", truncate(scope, 200)),
+        _ => "the server did not say which".to_owned(),
+    }
+}
+
+/// What a remote server's refusals for lack of scope have asked for: the one waiting for the next
+/// start to sign in for it, and those signed in for already (never asked for twice).
+#[derive(Default)]
+pub(crate) struct StepUp {
+    pending: parking_lot::Mutex<Option<String>>,
+    tried: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// Wakes the running connection's watcher, which ends it so the next start signs in: rmcp
+    /// keeps a connection open after a 403 on one request.
+    requested: Notify,
+}
+
+impl StepUp {
+    /// A call was refused with `challenge`: ends the connection so the next start signs in for
+    /// it. False if that scope was signed in for already (asking again would not help).
+    pub fn note(&self, challenge: &str) -> bool {
+        if self.tried.lock().contains(challenge) {
+            return false;
+        }
+        *self.pending.lock() = Some(challenge.to_owned());
+        self.requested.notify_one();
+        true
+    }
+
+    fn is_pending(&self) -> bool {
+        self.pending.lock().is_some()
+    }
+
+    fn take_pending(&self) -> Option<String> {
+        let challenge = self.pending.lock().take()?;
+        self.first_time(&challenge).then_some(challenge)
+    }
+
+    fn first_time(&self, challenge: &str) -> bool {
+        self.tried.lock().insert(challenge.to_owned())
+    }
+}
+
+/// `mcp-code-mode login`: signs in to the remote server `config` ahead of time (or checks the
+/// client-credentials grant) and lists its tools with the token. Says what it did.
+pub(crate) async fn login(config: &ServerConfig) -> Result<String, String> {
+    let Transport::Http(server) = &config.transport else {
+        return Err(format!("'{}' is not a remote server", config.name));
+    };
+    let slot = Slot::new(config.clone());
+    let name = slot.name();
+    let http = super::remote::http_client(config.timeout)?;
+    let guarded = super::remote::Guarded::new(name, http.clone());
+    let (manager, how) = if server.oauth.client_credentials {
+        let manager = super::auth::without_person(name, server, &http)
+            .await?
+            .ok_or("the client-credentials grant gave no token")?;
+        (manager, "the client-credentials grant works".to_owned())
+    } else {
+        // Asked without a token first: the 401's challenge is where discovery starts.
+        let challenge = match connect_remote(&slot, server, guarded.clone()).await {
+            Ok(instance) => {
+                instance.stop().await;
+                return Ok(format!(
+                    "'{name}' does not ask for authorization: nothing to sign in to"
+                ));
+            }
+            Err(failure) if failure.auth_required => failure.challenge,
+            Err(failure) => return Err(failure.message),
+        };
+        let manager = super::auth::sign_in(name, server, challenge.as_deref(), &http).await?;
+        let file = super::auth::TokenFile::for_server(name, &server.url)?;
+        (
+            manager,
+            format!(
+                "signed in; the tokens are kept in {}",
+                file.path().display()
+            ),
+        )
+    };
+    let instance = connect_remote(&slot, server, AuthClient::new(guarded, manager))
+        .await
+        .map_err(|failure| format!("{how}, but then: {}", failure.message))?;
+    let tools = instance.live.tools.len();
+    instance.stop().await;
+    Ok(format!("{name}: {how}; it serves {tools} tools"))
+}
+
+/// Why connecting to a remote server failed.
+struct RemoteFailure {
+    message: String,
+    /// It answered 401: a token would help.
+    auth_required: bool,
+    /// Its `WWW-Authenticate`, where OAuth discovery starts.
+    challenge: Option<String>,
+}
+
+async fn connect_remote<C>(
+    slot: &Slot,
+    server: &HttpServer,
+    client: C,
+) -> Result<Instance, RemoteFailure>
+where
+    C: rmcp::transport::streamable_http_client::StreamableHttpClient,
+{
     let name = slot.name();
     let connection = CancellationToken::new();
     let handler = HubClient {
         refresh: slot.refresh.clone(),
     };
-    let http = super::remote::http_client(slot.config.timeout)?;
-    let config = super::remote::transport_config(server)?;
-    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
-        super::remote::Guarded::new(name, http),
-        config,
-    );
+    let config = super::remote::transport_config(server).map_err(|message| RemoteFailure {
+        message,
+        auth_required: false,
+        challenge: None,
+    })?;
+    let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
     let connect = async {
         let service = handler
             .serve_with_ct(transport, connection.clone())
             .await
-            .map_err(|e| super::remote::describe_failure(name, server, &e))?;
-        let tools = service.peer().list_all_tools().await.map_err(|e| {
-            format!(
-                "listing its tools failed: {}",
-                super::remote::describe_failure(name, server, &e)
-            )
-        })?;
-        Ok::<_, String>((service, tools))
+            .map_err(|e| RemoteFailure {
+                auth_required: e.is_authorization_required(),
+                challenge: e.auth_challenge().map(str::to_owned),
+                message: super::remote::describe_failure(
+                    name,
+                    server,
+                    &e,
+                    e.is_authorization_required(),
+                ),
+            })?;
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| RemoteFailure {
+                auth_required: e.is_authorization_required(),
+                challenge: e.auth_challenge().map(str::to_owned),
+                message: format!(
+                    "listing its tools failed: {}",
+                    super::remote::describe_failure(
+                        name,
+                        server,
+                        &e,
+                        e.is_authorization_required()
+                    )
+                ),
+            })?;
+        Ok::<_, RemoteFailure>((service, tools))
     };
     match tokio::time::timeout(INIT_TIMEOUT, connect).await {
         Ok(Ok((service, tools))) => Ok(instance(service, &tools, None, connection, None)),
-        Ok(Err(reason)) => {
+        Ok(Err(failure)) => {
             connection.cancel();
-            Err(format!("failed to start: {reason}"))
+            Err(failure)
         }
         Err(_) => {
             connection.cancel();
-            Err(format!(
-                "failed to start: {} did not finish initializing within {}",
-                super::remote::shown_url(&server.url),
-                seconds(INIT_TIMEOUT)
-            ))
+            Err(RemoteFailure {
+                message: format!(
+                    "{} did not finish initializing within {}",
+                    super::remote::shown_url(&server.url),
+                    seconds(INIT_TIMEOUT)
+                ),
+                auth_required: false,
+                challenge: None,
+            })
         }
     }
 }
@@ -928,7 +1169,7 @@ async fn forward_stderr(
     let _ = done.send(());
 }
 
-fn truncate(line: &str, max: usize) -> String {
+pub(crate) fn truncate(line: &str, max: usize) -> String {
     if line.len() <= max {
         return line.to_owned();
     }

@@ -20,11 +20,15 @@ case "${MCP_CONFORMANCE_SCENARIO:-}" in
     id=$(printf '%s' "$MCP_CONFORMANCE_CONTEXT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["client_id"])')
     secret=$(printf '%s' "$MCP_CONFORMANCE_CONTEXT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["client_secret"])')
     oauth=", \"oauth\": {\"client_id\": \"$id\", \"client_secret\": \"$secret\"}" ;;
+  auth/basic-cimd)
+    # The URL where a user would host this client's metadata document (the suite's own).
+    oauth=', "oauth": {"client_metadata_url": "https://conformance-test.local/client-metadata.json"}' ;;
 esac
 printf '{"servers": {"conformance": {"url": "%s", "timeout_s": 20%s}}}\n' "$url" "$oauth" > "$dir/servers.json"
 case "${MCP_CONFORMANCE_SCENARIO:-}" in
   tools_call) script='print(tools.conformance.add_numbers(a=2, b=3))' ;;
   sse-retry) script='print(tools.conformance.test_reconnection())' ;;
+  auth/*) script='print(tools.conformance.test_tool())' ;;
   *) script='print(sorted(dir(tools.conformance)))' ;;
 esac
 printf '%s\n' "$script" | "$MCP_CODE_MODE_BIN" run --config "$dir/servers.json" -

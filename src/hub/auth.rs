@@ -1,0 +1,379 @@
+//! auth — OAuth 2.1 for remote servers that ask for it (a 401 with a Bearer challenge).
+//!
+//! rmcp does the protocol (discovery from the challenge and the protected-resource metadata,
+//! dynamic client registration or a client registered ahead of time, PKCE, refresh); this module
+//! supplies what it leaves to its user: where tokens are kept (a file per server in the user's
+//! config folder, mode 0600), how a person signs in (the address printed on stderr, or opened
+//! with `$BROWSER`, and a loopback listener the authorization server redirects back to), and the
+//! machine-to-machine grant (`"grant": "client_credentials"`).
+//!
+//! **Invariant:** no token, client secret or authorization code reaches a log line or an error
+//! message; token files are created readable by their owner only.
+
+use crate::config::HttpServer;
+use rmcp::transport::auth::{
+    AuthError, AuthorizationManager, AuthorizationRequest, ClientCredentialsConfig,
+    CredentialStore, OAuthState, StoredCredentials,
+};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How long a sign-in may wait for the person to finish it in their browser.
+pub(crate) const SIGN_IN_WAIT: Duration = Duration::from_secs(300);
+
+/// The folder token files live in: `$XDG_CONFIG_HOME/mcp-code-mode/oauth`, else
+/// `~/.config/mcp-code-mode/oauth`.
+pub(crate) fn token_dir() -> Result<PathBuf, String> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|home| PathBuf::from(home).join(".config"))
+        })
+        .ok_or("there is no folder to keep OAuth tokens in: set HOME or XDG_CONFIG_HOME")?;
+    Ok(base.join("mcp-code-mode").join("oauth"))
+}
+
+/// One server's tokens on disk. Named by the server and its URL, so a server whose URL changes
+/// does not present tokens issued for another.
+#[derive(Clone)]
+pub(crate) struct TokenFile {
+    path: PathBuf,
+}
+
+impl TokenFile {
+    pub fn for_server(name: &str, url: &str) -> Result<Self, String> {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(url.as_bytes());
+        let tag: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Self {
+            path: token_dir()?.join(format!("{name}-{tag}.json")),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir = self.path.parent().expect("a token file has a folder");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        // Written whole, then renamed: a reader never sees half a file. Created 0600, so the
+        // tokens are never readable by others, not even for a moment.
+        let temp = self
+            .path
+            .with_extension(format!("tmp{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, &self.path)
+    }
+}
+
+fn store_error(what: &str, path: &Path, e: impl std::fmt::Display) -> AuthError {
+    AuthError::CredentialStoreError(format!("cannot {what} {}: {e}", path.display()))
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for TokenFile {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        match std::fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| store_error("read the tokens in", &self.path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(store_error("read", &self.path, e)),
+        }
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let bytes = serde_json::to_vec(&credentials)
+            .map_err(|e| store_error("write the tokens to", &self.path, e))?;
+        self.write(&bytes)
+            .map_err(|e| store_error("write", &self.path, e))
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(store_error("remove", &self.path, e)),
+        }
+    }
+}
+
+/// What rmcp's OAuth errors say, without anything secret (they carry none of our tokens; an
+/// authorization server's own error text is kept, cut short).
+fn describe(e: &AuthError) -> String {
+    super::server::truncate(&e.to_string(), 400)
+}
+
+async fn unauthorized(server: &HttpServer, http: &reqwest::Client) -> Result<OAuthState, String> {
+    OAuthState::new(server.url.as_str(), Some(http.clone()))
+        .await
+        .map_err(|e| format!("cannot start OAuth: {}", describe(&e)))
+}
+
+/// A token that needs no person: the client-credentials grant when configured, else tokens kept
+/// from an earlier sign-in (`None`: there are none).
+pub(crate) async fn without_person(
+    name: &str,
+    server: &HttpServer,
+    http: &reqwest::Client,
+) -> Result<Option<AuthorizationManager>, String> {
+    let oauth = &server.oauth;
+    if oauth.client_credentials {
+        let (Some(client_id), Some(client_secret)) = (&oauth.client_id, &oauth.client_secret)
+        else {
+            return Err(
+                "oauth.grant \"client_credentials\" needs a client_id and client_secret".into(),
+            );
+        };
+        let mut state = unauthorized(server, http).await?;
+        state
+            .authenticate_client_credentials(ClientCredentialsConfig::ClientSecret {
+                client_id: client_id.clone(),
+                client_secret: client_secret.clone(),
+                scopes: oauth.scopes.clone(),
+                resource: Some(server.url.clone()),
+            })
+            .await
+            .map_err(|e| format!("the client-credentials grant failed: {}", describe(&e)))?;
+        return Ok(state.into_authorization_manager());
+    }
+    let store = TokenFile::for_server(name, &server.url)?;
+    if store
+        .load()
+        .await
+        .map_err(|e| describe(&e))?
+        .is_none_or(|stored| stored.token_response.is_none())
+    {
+        return Ok(None);
+    }
+    let OAuthState::Unauthorized(mut manager) = unauthorized(server, http).await? else {
+        return Ok(None);
+    };
+    manager.set_credential_store(store);
+    match manager.initialize_from_store().await {
+        Ok(true) => Ok(Some(manager)),
+        Ok(false) => Ok(None),
+        Err(e) => {
+            tracing::warn!(
+                "MCP server '{name}': the saved OAuth tokens cannot be used ({}); signing in again",
+                describe(&e)
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Signs a person in: the authorization URL is printed on stderr (and opened with `$BROWSER`
+/// when set), the authorization server redirects back to a loopback listener, and the tokens
+/// are kept in the server's token file. `challenge` is the server's `WWW-Authenticate`.
+pub(crate) async fn sign_in(
+    name: &str,
+    server: &HttpServer,
+    challenge: Option<&str>,
+    http: &reqwest::Client,
+) -> Result<AuthorizationManager, String> {
+    let store = TokenFile::for_server(name, &server.url)?;
+    let oauth = &server.oauth;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", oauth.redirect_port))
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot listen on 127.0.0.1:{} for the sign-in's redirect: {e}",
+                oauth.redirect_port
+            )
+        })?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let redirect = format!("http://127.0.0.1:{port}/callback");
+    let mut state = unauthorized(server, http).await?;
+    if let OAuthState::Unauthorized(manager) = &mut state {
+        manager.set_credential_store(store.clone());
+    }
+    let mut request =
+        AuthorizationRequest::new(redirect.as_str()).with_client_name("mcp-code-mode");
+    if !oauth.scopes.is_empty() {
+        request = request.with_scopes(oauth.scopes.iter().cloned());
+    }
+    if let Some(id) = &oauth.client_id {
+        request = request.with_preregistered_client(id.as_str());
+        if let Some(secret) = &oauth.client_secret {
+            request = request.with_client_secret(secret.as_str());
+        }
+    }
+    if let Some(url) = &oauth.client_metadata_url {
+        request = request.with_client_metadata_url(url.as_str());
+    }
+    if let Some(challenge) = challenge {
+        request = request.with_challenge(challenge);
+    }
+    state
+        .start_authorization(request)
+        .await
+        .map_err(|e| format!("cannot begin the OAuth sign-in: {}", describe(&e)))?;
+    let address = state
+        .get_authorization_url()
+        .await
+        .map_err(|e| describe(&e))?;
+    announce(name, &address);
+    let callback = wait_for_redirect(listener, name, SIGN_IN_WAIT).await?;
+    state
+        .handle_callback_url(&callback)
+        .await
+        .map_err(|e| format!("the sign-in could not be completed: {}", describe(&e)))?;
+    let manager = state
+        .into_authorization_manager()
+        .ok_or("the sign-in ended without a token")?;
+    tracing::info!(
+        "MCP server '{name}': signed in; tokens kept in {}",
+        store.path().display()
+    );
+    Ok(manager)
+}
+
+/// Tells the person where to sign in, and opens it with `$BROWSER` (a command, given the
+/// address as its last argument) when that is set.
+fn announce(name: &str, address: &str) {
+    // A prompt for the person, not a log line: it must show whatever the log filter.
+    eprintln!(
+        "mcp-code-mode: MCP server '{name}' asks you to sign in. Open this address in a browser \
+         (it waits {} min):\n  {address}",
+        SIGN_IN_WAIT.as_secs() / 60
+    );
+    let Some(browser) = std::env::var("BROWSER")
+        .ok()
+        .filter(|b| !b.trim().is_empty())
+    else {
+        return;
+    };
+    let mut words = browser.split_whitespace();
+    let Some(program) = words.next() else { return };
+    let spawned = tokio::process::Command::new(program)
+        .args(words)
+        .arg(address)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(false)
+        .spawn();
+    match spawned {
+        // Reaped in the background: a browser may outlive the sign-in.
+        Ok(mut child) => {
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+        Err(e) => eprintln!("mcp-code-mode: could not run $BROWSER ({program}): {e}"),
+    }
+}
+
+/// Serves the loopback address the authorization server sends the browser back to, until one
+/// redirect arrives (its whole URL) or `wait` passes.
+async fn wait_for_redirect(
+    listener: tokio::net::TcpListener,
+    name: &str,
+    wait: Duration,
+) -> Result<String, String> {
+    use axum::extract::State;
+    let (tx, mut rx) = mpsc::channel::<Result<String, String>>(1);
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let server_name = name.to_owned();
+    let page =
+        move |State(tx): State<mpsc::Sender<Result<String, String>>>, uri: axum::http::Uri| {
+            let name = server_name.clone();
+            async move {
+                let query: Vec<(String, String)> = uri.query().map(url_pairs).unwrap_or_default();
+                // What the authorization server put in the address is shown to the person: cleaned
+                // of control characters and cut short.
+                let get = |k: &str| {
+                    query.iter().find(|(key, _)| key == k).map(|(_, v)| {
+                        super::server::truncate(&super::shape::printable(v, false), 300)
+                    })
+                };
+                let (message, outcome) = match (get("code"), get("error")) {
+                    (_, Some(error)) => {
+                        let why = get("error_description").unwrap_or_default();
+                        (
+                            format!("Signing in to {name} was refused: {error} {why}"),
+                            Err(format!(
+                                "the authorization server refused the sign-in ({error}{})",
+                                if why.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(": {why}")
+                                }
+                            )),
+                        )
+                    }
+                    (Some(_), None) => (
+                        format!("Signed in to {name}. You can close this page."),
+                        Ok(format!("http://127.0.0.1:{port}{uri}")),
+                    ),
+                    (None, None) => {
+                        return axum::response::Html(
+                            "This address waits for a sign-in redirect (with a code).".to_owned(),
+                        )
+                    }
+                };
+                let _ = tx.try_send(outcome);
+                axum::response::Html(format!("<p>{}</p>", escape_html(&message)))
+            }
+        };
+    let router = axum::Router::new()
+        .route("/callback", axum::routing::get(page))
+        .with_state(tx);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    let outcome = tokio::time::timeout(wait, rx.recv()).await;
+    let _ = stop.send(());
+    // The page is sent before the server stops; a browser that is slow to read it loses only
+    // that page.
+    let _ = tokio::time::timeout(Duration::from_secs(2), served).await;
+    match outcome {
+        Ok(Some(result)) => result,
+        Ok(None) => Err("the sign-in listener stopped".into()),
+        Err(_) => Err(format!(
+            "nobody finished signing in within {} min: run `mcp-code-mode login {name}` when you can",
+            wait.as_secs() / 60
+        )),
+    }
+}
+
+/// `application/x-www-form-urlencoded` pairs of a query string.
+fn url_pairs(query: &str) -> Vec<(String, String)> {
+    reqwest::Url::parse(&format!("http://x/?{query}"))
+        .map(|u| {
+            u.query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
