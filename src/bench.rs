@@ -244,14 +244,13 @@ impl ServerChild {
             None => String::new(),
         };
         let mut command = tokio::process::Command::new(exe);
+        // `local`: the local executor (a host python3 per script) instead of a sandbox.
+        let (flag, value) = match kind {
+            "local" => ("--executor", "local"),
+            sandbox => ("--sandbox", sandbox),
+        };
         command
-            .args([
-                "serve",
-                "--pool-size",
-                &pool_size.to_string(),
-                "--sandbox",
-                kind,
-            ])
+            .args(["serve", "--pool-size", &pool_size.to_string(), flag, value])
             .current_dir(dir.path())
             .env(config::PATH_ENV, config_path)
             // The zygote's "warm" line, which `wait_steady` waits for.
@@ -650,6 +649,7 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
             timeout: config::DEFAULT_TIMEOUT,
             secrets: Vec::new(),
         }],
+        ..Default::default()
     };
     let hub = Hub::start(Some(&config));
     hub.wait_started().await;
@@ -1327,7 +1327,56 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     if want(9) {
         http::section(quick).await;
     }
+    if want(10) {
+        local_section(&plan).await;
+    }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 10: the local executor (host CPython, not sandboxed) beside the forked sandbox.
+
+async fn local_section(plan: &Plan) {
+    println!("\n### The local executor (`--executor local`, not sandboxed) beside the sandbox (`--sandbox fork`)\n");
+    println!("| measurement | local (host python3) | sandbox (fork) |");
+    println!("|---|---|---|");
+    let line = |what: &str, local: String, fork: String| println!("| {what} | {local} | {fork} |");
+    let show = |r: &anyhow::Result<Vec<f64>>| match r {
+        Ok(s) => format!("{} p50, {} p95 (n={})", p(s, 50.0), p(s, 95.0), s.len()),
+        Err(e) => format!("failed: {e:#}"),
+    };
+    progress("the local executor beside the sandbox: print(1) back to back");
+    let n = plan.round_trips;
+    let local_rt = back_to_back("local", n).await;
+    let fork_rt = back_to_back("fork", n).await;
+    line(
+        "10a. `execute_code(\"print(1)\")` over MCP stdio, back to back, client-side",
+        show(&local_rt),
+        show(&fork_rt),
+    );
+    progress(&format!("the local executor beside the sandbox: {HEAVY}"));
+    let local_heavy = heavy_over_mcp("local", plan.heavy_runs).await;
+    let fork_heavy = heavy_over_mcp("fork", plan.heavy_runs).await;
+    line(
+        &format!("10b. `{HEAVY}` over MCP stdio, `duration_ms` of the outcome"),
+        show(&local_heavy),
+        show(&fork_heavy),
+    );
+}
+
+/// The CPU-bound loop through `serve` with executor `kind`: the outcome's own `duration_ms`.
+async fn heavy_over_mcp(kind: &str, n: usize) -> anyhow::Result<Vec<f64>> {
+    let server = ServerChild::start_with(2, kind).await?;
+    server.wait_steady(kind).await?;
+    let mut samples = Vec::new();
+    for i in 0..=n {
+        let ms = server.execute(HEAVY, "").await?;
+        if i > 0 {
+            samples.push(ms);
+        }
+    }
+    server.stop().await;
+    Ok(samples)
 }
 
 // ---------------------------------------------------------------------------------------------
