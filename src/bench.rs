@@ -244,13 +244,14 @@ impl ServerChild {
             None => String::new(),
         };
         let mut command = tokio::process::Command::new(exe);
-        // `local`: the local executor (a host python3 per script) instead of a sandbox.
-        let (flag, value) = match kind {
-            "local" => ("--executor", "local"),
-            sandbox => ("--sandbox", sandbox),
+        // `local`: the local executor (a host python3 per script), which refuses the sandbox's flags.
+        let pool_size = pool_size.to_string();
+        let args = match kind {
+            "local" => vec!["serve", "--executor", "local"],
+            sandbox => vec!["serve", "--pool-size", &pool_size, "--sandbox", sandbox],
         };
         command
-            .args(["serve", "--pool-size", &pool_size.to_string(), flag, value])
+            .args(args)
             .current_dir(dir.path())
             .env(config::PATH_ENV, config_path)
             // The zygote's "warm" line, which `wait_steady` waits for.
@@ -330,6 +331,22 @@ impl ServerChild {
             bail!("execute_code did not run the script as expected: {report}");
         }
         Ok(report["duration_ms"].as_f64().unwrap_or(f64::NAN))
+    }
+
+    /// One `execute_code` call that must succeed; returns its report.
+    async fn execute_report(&self, code: &str) -> anyhow::Result<Value> {
+        let Value::Object(args) = json!({ "code": code }) else {
+            unreachable!("a json object")
+        };
+        let result = self
+            .client
+            .call_tool(CallToolRequestParams::new("execute_code").with_arguments(args))
+            .await?;
+        let report = result.structured_content.unwrap_or(Value::Null);
+        if result.is_error == Some(true) {
+            bail!("execute_code failed: {report}");
+        }
+        Ok(report)
     }
 
     /// One `execute_code` call that must succeed; returns what it printed.
@@ -1357,26 +1374,52 @@ async fn local_section(plan: &Plan) {
     progress(&format!("the local executor beside the sandbox: {HEAVY}"));
     let local_heavy = heavy_over_mcp("local", plan.heavy_runs).await;
     let fork_heavy = heavy_over_mcp("fork", plan.heavy_runs).await;
+    let part = |r: &anyhow::Result<(Vec<f64>, Vec<f64>)>, inner: bool| match r {
+        Ok((outcome, loop_ms)) => Ok(if inner {
+            loop_ms.clone()
+        } else {
+            outcome.clone()
+        }),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
     line(
-        &format!("10b. `{HEAVY}` over MCP stdio, `duration_ms` of the outcome"),
-        show(&local_heavy),
-        show(&fork_heavy),
+        &format!(
+            "10b. `{HEAVY}` over MCP stdio, `duration_ms` of the outcome (process start included)"
+        ),
+        show(&part(&local_heavy, false)),
+        show(&part(&fork_heavy, false)),
+    );
+    line(
+        "10c. the same loop alone, timed inside the script (`time.perf_counter`)",
+        show(&part(&local_heavy, true)),
+        show(&part(&fork_heavy, true)),
     );
 }
 
-/// The CPU-bound loop through `serve` with executor `kind`: the outcome's own `duration_ms`.
-async fn heavy_over_mcp(kind: &str, n: usize) -> anyhow::Result<Vec<f64>> {
+/// The CPU-bound loop through `serve` with executor `kind`: the outcome's own `duration_ms`, and
+/// the loop alone as the script times it.
+async fn heavy_over_mcp(kind: &str, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let server = ServerChild::start_with(2, kind).await?;
     server.wait_steady(kind).await?;
-    let mut samples = Vec::new();
+    let code = format!(
+        "import time\nt = time.perf_counter()\nassert {HEAVY} == {HEAVY_RESULT}\nprint((time.perf_counter() - t) * 1000)"
+    );
+    let (mut outcome, mut inner) = (Vec::new(), Vec::new());
     for i in 0..=n {
-        let ms = server.execute(HEAVY, "").await?;
+        let report = server.execute_report(&code).await?;
+        let loop_ms: f64 = report["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .with_context(|| format!("the loop printed no time: {report}"))?;
         if i > 0 {
-            samples.push(ms);
+            outcome.push(report["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            inner.push(loop_ms);
         }
     }
     server.stop().await;
-    Ok(samples)
+    Ok((outcome, inner))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -340,9 +340,11 @@ pub fn load_with_env(
                 given
             })
         }
-        Some(other) => return Err(file_error(format!(
+        Some(other) => {
+            return Err(file_error(format!(
             "\"python\" must be the path (or name on PATH) of a Python 3.10 or later, got {other}"
-        ))),
+        )))
+        }
     };
     if python.is_some() && executor != Some(Executor::Local) {
         tracing::warn!(

@@ -97,6 +97,28 @@ struct ExecutorArgs {
     /// config's "python", else python3 on PATH).
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
+    /// The sandbox's own flags given on the command line (see [`sandbox_flags_given`]): refused
+    /// with the local executor rather than silently ignored.
+    #[arg(skip)]
+    sandbox_flags: Vec<&'static str>,
+}
+
+/// Which of the sandbox's own flags `matches` (of `serve` or `run`) holds from the command line.
+fn sandbox_flags_given(matches: &ArgMatches) -> Vec<&'static str> {
+    [
+        ("sandbox", "--sandbox"),
+        ("pool_size", "--pool-size"),
+        ("no_snapshot", "--no-snapshot"),
+        ("memory_mb", "--memory-mb"),
+    ]
+    .into_iter()
+    .filter(|(id, _)| {
+        matches
+            .try_get_raw(id)
+            .is_ok_and(|_| matches.value_source(id) == Some(ValueSource::CommandLine))
+    })
+    .map(|(_, flag)| flag)
+    .collect()
 }
 
 impl ExecutorArgs {
@@ -115,6 +137,12 @@ impl ExecutorArgs {
             }
             return Ok(None);
         }
+        if let Some(flag) = self.sandbox_flags.first() {
+            anyhow::bail!(
+                "{flag} applies only to the sandbox, and scripts run in host Python here (the local executor, \
+                 from --executor local or the config's \"executor\"): leave {flag} out"
+            );
+        }
         let python = self
             .python
             .as_deref()
@@ -122,7 +150,7 @@ impl ExecutorArgs {
         let found = LocalPython::find(python).await?;
         eprintln!(
             "mcp-code-mode: WARNING: the local executor is on: scripts are NOT sandboxed. Each runs in a fresh {}, \
-             with that user's files, network and installed packages; --memory-mb, --sandbox and --pool-size do not apply",
+             with that user's files, network and installed packages",
             found.describe()
         );
         Ok(Some(found))
@@ -433,14 +461,18 @@ fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Serve(cli.serve));
     let result = runtime.block_on(async {
         match command {
-            Command::Run(args) => {
-                let given = matches
-                    .subcommand_matches("run")
-                    .map(LimitsGiven::of)
-                    .unwrap_or_default();
+            Command::Run(mut args) => {
+                let run_matches = matches.subcommand_matches("run");
+                let given = run_matches.map(LimitsGiven::of).unwrap_or_default();
+                args.executor.sandbox_flags =
+                    run_matches.map(sandbox_flags_given).unwrap_or_default();
                 run(args, given).await
             }
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(mut args) => {
+                let serve_matches = matches.subcommand_matches("serve").unwrap_or(&matches);
+                args.executor.sandbox_flags = sandbox_flags_given(serve_matches);
+                serve(args).await
+            }
             Command::Parity(args) => mcp_code_mode::parity::main(args).await,
             Command::Zygote(_) => unreachable!("the zygote ran above"),
             Command::Bench(args) => {

@@ -297,6 +297,17 @@ fn python_is_checked_and_the_oldest_supported_one_runs() {
         "{}",
         text(&out.stderr)
     );
+    // The sandbox's own flags are refused, not ignored.
+    let out = cli(
+        &["run", "--executor", "local", "--sandbox", "thread", "-"],
+        "1",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--sandbox applies only to the sandbox"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = cli(&["run", "--python", "python3", "-"], "1");
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--python applies only to the local executor"));

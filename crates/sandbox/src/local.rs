@@ -137,13 +137,31 @@ impl LocalPython {
                 MIN_VERSION.0, MIN_VERSION.1
             )));
         }
+        // Only an executable that exists stands for the program (an embedded or frozen Python
+        // may report none).
+        let executable = lines
+            .next()
+            .map(str::trim)
+            .filter(|e| Path::new(e).is_absolute() && Path::new(e).is_file())
+            .unwrap_or("")
+            .to_owned();
         Ok(LocalPython {
             program,
-            executable: lines.next().unwrap_or("").to_owned(),
+            executable,
             version,
             user: user_name(),
             host: host_name(),
         })
+    }
+
+    /// What each script runs with: the interpreter's own `sys.executable` (so a launcher such as
+    /// a pyenv shim is resolved once, at start-up, not paid per script), else the program given.
+    pub fn interpreter(&self) -> &Path {
+        if self.executable.is_empty() {
+            &self.program
+        } else {
+            Path::new(&self.executable)
+        }
     }
 
     /// The warning every notice starts with: "not sandboxed: the script runs as <user> on <host>".
@@ -279,7 +297,7 @@ impl LocalSandbox {
     async fn run(&self, job: &Job, deadline: tokio::time::Instant) -> Result<Ended, String> {
         let (ours, theirs) =
             std::os::unix::net::UnixStream::pair().map_err(|e| format!("no socket for it: {e}"))?;
-        let mut command = tokio::process::Command::new(&self.python.program);
+        let mut command = tokio::process::Command::new(self.python.interpreter());
         command
             .args(["-u", "-c", BOOT])
             .stdin(Stdio::null())
@@ -317,9 +335,12 @@ impl LocalSandbox {
                 Ok(())
             });
         }
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("could not start {}: {e}", self.python.program.display()))?;
+        let mut child = command.spawn().map_err(|e| {
+            format!(
+                "could not start {}: {e}",
+                self.python.interpreter().display()
+            )
+        })?;
         drop(theirs);
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         let group = Group(pgid);
