@@ -175,6 +175,37 @@ fn processes_a_script_leaves_behind_end_with_it() {
 }
 
 #[test]
+fn the_script_and_its_processes_die_with_the_server() {
+    use std::io::BufRead;
+    let code = "import os, subprocess\n\
+                child = subprocess.Popen(['sleep', '300'])\n\
+                print(os.getpid(), child.pid, flush=True)\n\
+                while True:\n    pass\n";
+    let mut run = crate::util::command(crate::util::BIN)
+        .args(["run", "--executor", "local", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut run.stdin.take().unwrap(), code.as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{line:?}");
+    run.kill().unwrap(); // SIGKILL: nothing of ours runs after it
+    run.wait().unwrap();
+    for pid in pids {
+        assert!(wait_gone(pid), "process {pid} outlived the server");
+    }
+}
+
+#[test]
 fn a_package_only_on_the_host_imports() {
     let dir = tempfile::tempdir().unwrap();
     let package = dir.path().join("hostonly_pkg");

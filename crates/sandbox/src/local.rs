@@ -313,8 +313,8 @@ impl LocalSandbox {
         }
         let fd = theirs.as_raw_fd();
         let parent = std::process::id() as libc::pid_t;
-        // SAFETY: between fork and exec, only async-signal-safe calls (dup2, fcntl, prctl,
-        // getppid), no allocation.
+        // SAFETY: between fork and exec, only async-signal-safe calls (dup2, fcntl, getppid), no
+        // allocation.
         unsafe {
             command.pre_exec(move || {
                 if fd == 3 {
@@ -324,11 +324,9 @@ impl LocalSandbox {
                 } else if libc::dup2(fd, 3) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // Killed if we die (even by SIGKILL) before we could kill its group.
-                #[cfg(target_os = "linux")]
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                // No PR_SET_PDEATHSIG: if we die (even by SIGKILL) the script's process sees its
+                // fd 3 close and kills its whole group, which a death signal to it alone would
+                // leave running. We may have died already, before that socket was ours to close:
                 if libc::getppid() != parent {
                     return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
