@@ -656,8 +656,7 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
 
     let mut hub = None;
     let mut player = None;
-    let mut config_executor = None;
-    let mut config_python = None;
+    let local;
     let mut recorder = None;
     let tools: Arc<dyn ToolHost> = match (cassette, &args.replay) {
         (Some(cassette), Some(path)) => {
@@ -667,14 +666,16 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
                 args.replay_match,
             ));
             player = Some(playing.clone());
+            // A replay reads no config: its executor comes from the command line alone.
+            local = args.executor.local(None).await?;
             playing
         }
         _ => {
             // The same lookup as `serve`; the servers start in the background, so a script that
             // calls no tools (or calls them later) does not wait for them.
             let servers = load_config(&args.config)?;
-            config_executor = servers.as_ref().and_then(|c| c.executor);
-            config_python = servers.as_ref().and_then(|c| c.python.clone());
+            // Checked before any server starts: a bad --python costs nothing.
+            local = args.executor.local(servers.as_ref()).await?;
             let live: Arc<dyn ToolHost> = match servers.as_ref() {
                 Some(servers) => {
                     let started = Hub::start(Some(servers));
@@ -699,13 +700,6 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
         code: code.clone(),
     });
 
-    // A replay reads no config: its executor comes from the command line alone.
-    let executor_config = Config {
-        executor: config_executor,
-        python: config_python,
-        ..Default::default()
-    };
-    let local = args.executor.local(Some(&executor_config)).await?;
     // The local executor restores no snapshot: none is inflated for it.
     let restore = local
         .is_none()
