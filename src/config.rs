@@ -1153,6 +1153,28 @@ mod tests {
     }
 
     #[test]
+    fn executor_and_python_at_the_top_level() {
+        let d = Dir::new();
+        let path = d.config(r#"{"servers": {}}"#);
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!((config.executor, config.python), (None, None));
+        let path = d.config(r#"{"servers": {}, "executor": "local", "python": "venv/bin/python"}"#);
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!(config.executor, Some(Executor::Local));
+        assert_eq!(config.python, Some(d.dir.path().join("venv/bin/python")));
+        let path = d.config(r#"{"servers": {}, "executor": "sandbox", "python": "python3.12"}"#);
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!(config.executor, Some(Executor::Sandbox));
+        assert_eq!(config.python, Some(PathBuf::from("python3.12")));
+        let path = d.config(r#"{"servers": {}, "executor": "Local"}"#);
+        assert!(
+            error(&path, &[]).contains(r#""executor" must be "sandbox" (the default) or "local""#)
+        );
+        let path = d.config(r#"{"servers": {}, "executor": "local", "python": 3}"#);
+        assert!(error(&path, &[]).contains(r#""python" must be the path"#));
+    }
+
+    #[test]
     fn our_form_with_every_field() {
         let d = Dir::new();
         let path = d.config(
