@@ -98,7 +98,10 @@ impl LocalPython {
                         "not found: install Python 3.10 or later, or name one with --python PATH"
                             .into()
                     }
-                    std::io::ErrorKind::NotFound => "no such program".into(),
+                    std::io::ErrorKind::NotFound if program.components().count() == 1 => {
+                        "not found on PATH".into()
+                    }
+                    std::io::ErrorKind::NotFound => "no such file".into(),
                     std::io::ErrorKind::PermissionDenied => {
                         "is not executable (permission denied)".into()
                     }
