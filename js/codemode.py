@@ -4,9 +4,11 @@ It runs the user's script (`run_job`), shapes the outcome (last expression, erro
 in the script's own line numbers), and exposes the configured MCP servers' tools as
 `tools.<server>.<tool>(**kwargs)`, callable plainly (JSPI `run_sync`) or with `await`.
 
-Host-neutral: it reaches the host only through the JS module `_codemode_host`
+Host-neutral: it reaches the host only through the module `_codemode_host`
 (`call_tool(server, tool, args_json) -> Promise[str]`, `catalog_json() -> str` (the servers),
-`server_tools_json(server) -> str` (one server's tools), `server_ready(server) -> Promise`).
+`server_tools_json(server) -> str` (one server's tools), `server_ready(server) -> Promise`): a JS
+module in Pyodide, or, in host CPython (the local executor, js/host_local.py), a Python one with
+stand-ins for the three `pyodide` functions used here.
 """
 
 import builtins
@@ -176,10 +178,13 @@ def _call_is_awaited():
     cache = _AWAITED_CALLS.get(code)
     if cache is None:
         instructions = list(dis.get_instructions(code))
+        # Every offset of the call, its inline caches included: host CPython 3.11 reports a
+        # frame's f_lasti at the CALL's last cache entry (the local executor runs 3.10 and later).
         cache = {
-            ins.offset: nxt.opname == "GET_AWAITABLE"
+            offset: nxt.opname == "GET_AWAITABLE"
             for ins, nxt in zip(instructions, instructions[1:])
             if ins.opname.startswith("CALL")
+            for offset in range(ins.offset, nxt.offset, 2)
         }
         _AWAITED_CALLS[code] = cache
     return cache.get(lasti, False)
@@ -385,7 +390,10 @@ def _disable_network():
     socket.getaddrinfo = refuse
 
 
-_disable_network()
+# In the sandbox only: the local executor runs in host CPython, as the user, network and all.
+SANDBOXED = sys.platform == "emscripten"
+if SANDBOXED:
+    _disable_network()
 
 # ---------------------------------------------------------------------------------------------
 # running a job
@@ -413,7 +421,7 @@ def _describe_error(exc, filename):
         message = str(exc)
     except Exception:
         message = "<exception str() failed>"
-    if isinstance(exc, FileNotFoundError) and _is_host_path(exc.filename):
+    if SANDBOXED and isinstance(exc, FileNotFoundError) and _is_host_path(exc.filename):
         hint = ("the sandbox has its own in-memory filesystem, not the host's: reach host files "
                 "through a configured server's tools, e.g. tools.filesystem.read_text_file(path=...)")
         message += f" ({hint})"

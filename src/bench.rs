@@ -244,14 +244,14 @@ impl ServerChild {
             None => String::new(),
         };
         let mut command = tokio::process::Command::new(exe);
+        // `local`: the local executor (a host python3 per script), which refuses the sandbox's flags.
+        let pool_size = pool_size.to_string();
+        let args = match kind {
+            "local" => vec!["serve", "--executor", "local"],
+            sandbox => vec!["serve", "--pool-size", &pool_size, "--sandbox", sandbox],
+        };
         command
-            .args([
-                "serve",
-                "--pool-size",
-                &pool_size.to_string(),
-                "--sandbox",
-                kind,
-            ])
+            .args(args)
             .current_dir(dir.path())
             .env(config::PATH_ENV, config_path)
             // The zygote's "warm" line, which `wait_steady` waits for.
@@ -331,6 +331,22 @@ impl ServerChild {
             bail!("execute_code did not run the script as expected: {report}");
         }
         Ok(report["duration_ms"].as_f64().unwrap_or(f64::NAN))
+    }
+
+    /// One `execute_code` call that must succeed; returns its report.
+    async fn execute_report(&self, code: &str) -> anyhow::Result<Value> {
+        let Value::Object(args) = json!({ "code": code }) else {
+            unreachable!("a json object")
+        };
+        let result = self
+            .client
+            .call_tool(CallToolRequestParams::new("execute_code").with_arguments(args))
+            .await?;
+        let report = result.structured_content.unwrap_or(Value::Null);
+        if result.is_error == Some(true) {
+            bail!("execute_code failed: {report}");
+        }
+        Ok(report)
     }
 
     /// One `execute_code` call that must succeed; returns what it printed.
@@ -650,6 +666,7 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
             timeout: config::DEFAULT_TIMEOUT,
             secrets: Vec::new(),
         }],
+        ..Default::default()
     };
     let hub = Hub::start(Some(&config));
     hub.wait_started().await;
@@ -1327,7 +1344,82 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     if want(9) {
         http::section(quick).await;
     }
+    if want(10) {
+        local_section(&plan).await;
+    }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 10: the local executor (host CPython, not sandboxed) beside the forked sandbox.
+
+async fn local_section(plan: &Plan) {
+    println!("\n### The local executor (`--executor local`, not sandboxed) beside the sandbox (`--sandbox fork`)\n");
+    println!("| measurement | local (host python3) | sandbox (fork) |");
+    println!("|---|---|---|");
+    let line = |what: &str, local: String, fork: String| println!("| {what} | {local} | {fork} |");
+    let show = |r: &anyhow::Result<Vec<f64>>| match r {
+        Ok(s) => format!("{} p50, {} p95 (n={})", p(s, 50.0), p(s, 95.0), s.len()),
+        Err(e) => format!("failed: {e:#}"),
+    };
+    progress("the local executor beside the sandbox: print(1) back to back");
+    let n = plan.round_trips;
+    let local_rt = back_to_back("local", n).await;
+    let fork_rt = back_to_back("fork", n).await;
+    line(
+        "10a. `execute_code(\"print(1)\")` over MCP stdio, back to back, client-side",
+        show(&local_rt),
+        show(&fork_rt),
+    );
+    progress(&format!("the local executor beside the sandbox: {HEAVY}"));
+    let local_heavy = heavy_over_mcp("local", plan.heavy_runs).await;
+    let fork_heavy = heavy_over_mcp("fork", plan.heavy_runs).await;
+    let part = |r: &anyhow::Result<(Vec<f64>, Vec<f64>)>, inner: bool| match r {
+        Ok((outcome, loop_ms)) => Ok(if inner {
+            loop_ms.clone()
+        } else {
+            outcome.clone()
+        }),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    line(
+        &format!(
+            "10b. `{HEAVY}` over MCP stdio, `duration_ms` of the outcome (process start included)"
+        ),
+        show(&part(&local_heavy, false)),
+        show(&part(&fork_heavy, false)),
+    );
+    line(
+        "10c. the same loop alone, timed inside the script (`time.perf_counter`)",
+        show(&part(&local_heavy, true)),
+        show(&part(&fork_heavy, true)),
+    );
+}
+
+/// The CPU-bound loop through `serve` with executor `kind`: the outcome's own `duration_ms`, and
+/// the loop alone as the script times it.
+async fn heavy_over_mcp(kind: &str, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let server = ServerChild::start_with(2, kind).await?;
+    server.wait_steady(kind).await?;
+    let code = format!(
+        "import time\nt = time.perf_counter()\nassert {HEAVY} == {HEAVY_RESULT}\nprint((time.perf_counter() - t) * 1000)"
+    );
+    let (mut outcome, mut inner) = (Vec::new(), Vec::new());
+    for i in 0..=n {
+        let report = server.execute_report(&code).await?;
+        let loop_ms: f64 = report["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .with_context(|| format!("the loop printed no time: {report}"))?;
+        if i > 0 {
+            outcome.push(report["duration_ms"].as_f64().unwrap_or(f64::NAN));
+            inner.push(loop_ms);
+        }
+    }
+    server.stop().await;
+    Ok((outcome, inner))
 }
 
 // ---------------------------------------------------------------------------------------------

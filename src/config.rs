@@ -49,6 +49,9 @@ pub fn parse_timeout(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Top-level keys besides the servers' object.
+const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python"];
+
 const KNOWN_FIELDS: &[&str] = &[
     "command",
     "args",
@@ -64,12 +67,27 @@ const KNOWN_FIELDS: &[&str] = &[
 ];
 
 /// The loaded configuration.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Config {
     /// The file it came from, as given (used in messages).
     pub path: PathBuf,
     /// Every server, disabled ones included (marked), sorted by name.
     pub servers: Vec<ServerConfig>,
+    /// `"executor"`: where scripts run, unless `--executor` says otherwise (None: the sandbox).
+    pub executor: Option<Executor>,
+    /// `"python"`: the interpreter of the local executor, unless `--python` says otherwise (a
+    /// path with a `/` is relative to the file's folder; a bare name is looked up on PATH).
+    pub python: Option<PathBuf>,
+}
+
+/// Where scripts run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Executor {
+    /// Pyodide in a V8 isolate (the default).
+    #[default]
+    Sandbox,
+    /// A host `python3` process per script: NOT a sandbox (`--executor local`).
+    Local,
 }
 
 /// One downstream server.
@@ -283,12 +301,25 @@ pub fn load_with_env(
             kind(servers)
         )));
     };
-    for other in root.keys().filter(|k| *k != key && !is_comment(k)) {
+    for other in root
+        .keys()
+        .filter(|k| *k != key && !is_comment(k) && !TOP_LEVEL_SETTINGS.contains(&k.as_str()))
+    {
         tracing::warn!(
-            "{}: unknown top-level key \"{other}\" ignored (expected only \"{key}\")",
+            "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\" and \"python\")",
             path.display()
         );
     }
+    let executor = match root.get("executor") {
+        None => None,
+        Some(Value::String(s)) if s == "sandbox" => Some(Executor::Sandbox),
+        Some(Value::String(s)) if s == "local" => Some(Executor::Local),
+        Some(other) => {
+            return Err(file_error(format!(
+                "\"executor\" must be \"sandbox\" (the default) or \"local\" (a host python3 process per script, not sandboxed), got {other}"
+            )))
+        }
+    };
 
     let dot_env_path = path.with_file_name(".env");
     let dot_env = read_dot_env(&dot_env_path)?;
@@ -304,6 +335,29 @@ pub fn load_with_env(
         _ => PathBuf::from("."),
     };
 
+    let python = match root.get("python") {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() => {
+            let given = PathBuf::from(s);
+            Some(if s.contains('/') && given.is_relative() {
+                base_dir.join(given)
+            } else {
+                given
+            })
+        }
+        Some(other) => {
+            return Err(file_error(format!(
+            "\"python\" must be the path (or name on PATH) of a Python 3.10 or later, got {other}"
+        )))
+        }
+    };
+    if python.is_some() && executor != Some(Executor::Local) {
+        tracing::warn!(
+            "{}: \"python\" is used only with \"executor\": \"local\" (or --executor local)",
+            path.display()
+        );
+    }
+
     let mut parsed = Vec::new();
     for (name, entry) in servers.iter().filter(|(name, _)| !is_comment(name)) {
         let ctx = Ctx { path, server: name };
@@ -312,6 +366,8 @@ pub fn load_with_env(
     Ok(Config {
         path: path.to_path_buf(),
         servers: parsed,
+        executor,
+        python,
     })
 }
 
@@ -1112,6 +1168,28 @@ mod tests {
             Ok(config) => panic!("expected an error, loaded {config:?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn executor_and_python_at_the_top_level() {
+        let d = Dir::new();
+        let path = d.config(r#"{"servers": {}}"#);
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!((config.executor, config.python), (None, None));
+        let path = d.config(r#"{"servers": {}, "executor": "local", "python": "venv/bin/python"}"#);
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!(config.executor, Some(Executor::Local));
+        assert_eq!(config.python, Some(d.dir.path().join("venv/bin/python")));
+        let path = d.config(r#"{"servers": {}, "executor": "sandbox", "python": "python3.12"}"#);
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!(config.executor, Some(Executor::Sandbox));
+        assert_eq!(config.python, Some(PathBuf::from("python3.12")));
+        let path = d.config(r#"{"servers": {}, "executor": "Local"}"#);
+        assert!(
+            error(&path, &[]).contains(r#""executor" must be "sandbox" (the default) or "local""#)
+        );
+        let path = d.config(r#"{"servers": {}, "executor": "local", "python": 3}"#);
+        assert!(error(&path, &[]).contains(r#""python" must be the path"#));
     }
 
     #[test]

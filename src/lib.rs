@@ -2,7 +2,7 @@
 //! the tools of the MCP servers the user configured. See ARCHITECTURE.md for the map.
 
 // The sandbox core (crates/sandbox), under the names the rest of the crate uses.
-pub use mcp_code_mode_sandbox::{bridge, engine};
+pub use mcp_code_mode_sandbox::{bridge, engine, local};
 
 pub mod assets;
 pub mod bench;

@@ -10,6 +10,7 @@ use mcp_code_mode::config::{self, Config};
 use mcp_code_mode::engine::pool::SPARE_CHILDREN;
 use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, SandboxConfig, Snapshot, ZygoteCommand};
 use mcp_code_mode::hub::Hub;
+use mcp_code_mode::local::LocalPython;
 use mcp_code_mode::replay::{self, Cassette, MatchMode, Player, Recorder, Redactor};
 use mcp_code_mode::server::ServeOptions;
 use std::io::{Read, Write};
@@ -78,6 +79,86 @@ struct SandboxArg {
     sandbox: SandboxKind,
 }
 
+/// Where scripts run, chosen per start (`--executor`, else the config's `"executor"`).
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExecutorKind {
+    /// Pyodide in a V8 isolate (the default): sandboxed.
+    Sandbox,
+    /// A fresh host python3 process per script: NOT sandboxed (your files, network, packages).
+    Local,
+}
+
+#[derive(Args, Clone)]
+struct ExecutorArgs {
+    /// Where scripts run: `sandbox` (Pyodide in V8, the default) or `local` (a fresh host python3
+    /// process per script, as you, with your files, network and packages: NOT sandboxed).
+    /// Default: the config's "executor", else `sandbox`.
+    #[arg(long, value_enum, value_name = "KIND")]
+    executor: Option<ExecutorKind>,
+    /// With the local executor: the Python to run scripts with (3.10 or later; default: the
+    /// config's "python", else python3 on PATH).
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
+    /// The sandbox's own flags given on the command line (see [`sandbox_flags_given`]): refused
+    /// with the local executor rather than silently ignored.
+    #[arg(skip)]
+    sandbox_flags: Vec<&'static str>,
+}
+
+/// Which of the sandbox's own flags `matches` (of `serve` or `run`) holds from the command line.
+fn sandbox_flags_given(matches: &ArgMatches) -> Vec<&'static str> {
+    [
+        ("sandbox", "--sandbox"),
+        ("pool_size", "--pool-size"),
+        ("no_snapshot", "--no-snapshot"),
+        ("memory_mb", "--memory-mb"),
+    ]
+    .into_iter()
+    .filter(|(id, _)| {
+        matches
+            .try_get_raw(id)
+            .is_ok_and(|_| matches.value_source(id) == Some(ValueSource::CommandLine))
+    })
+    .map(|(_, flag)| flag)
+    .collect()
+}
+
+impl ExecutorArgs {
+    /// The local executor's interpreter, checked, when scripts are to run locally; None for the
+    /// sandbox. Says so loudly on stderr: scripts are then not sandboxed.
+    async fn local(&self, config: Option<&Config>) -> anyhow::Result<Option<LocalPython>> {
+        let local = match self.executor {
+            Some(kind) => kind == ExecutorKind::Local,
+            None => config.and_then(|c| c.executor) == Some(config::Executor::Local),
+        };
+        if !local {
+            if self.python.is_some() {
+                anyhow::bail!(
+                    "--python applies only to the local executor: add --executor local (or \"executor\": \"local\" in the config)"
+                );
+            }
+            return Ok(None);
+        }
+        if let Some(flag) = self.sandbox_flags.first() {
+            anyhow::bail!(
+                "{flag} applies only to the sandbox, and scripts run in host Python here (the local executor, \
+                 from --executor local or the config's \"executor\"): leave {flag} out"
+            );
+        }
+        let python = self
+            .python
+            .as_deref()
+            .or_else(|| config.and_then(|c| c.python.as_deref()));
+        let found = LocalPython::find(python).await?;
+        eprintln!(
+            "mcp-code-mode: WARNING: the local executor is on: scripts are NOT sandboxed. Each runs in a fresh {}, \
+             with that user's files, network and installed packages",
+            found.describe()
+        );
+        Ok(Some(found))
+    }
+}
+
 /// The embedded snapshot, unless the user asked to boot from scratch.
 fn snapshot(no_snapshot: bool) -> Option<Snapshot> {
     (!no_snapshot).then(mcp_code_mode::assets::snapshot)
@@ -85,12 +166,17 @@ fn snapshot(no_snapshot: bool) -> Option<Snapshot> {
 
 /// The sandboxes `serve` and `run` take from. `ahead_of_demand`: for a server, how many thread
 /// sandboxes to keep booted (forks keep [`SPARE_CHILDREN`]); `None` (`run`): none.
+/// `local`: the local executor's interpreter, which then runs every script instead.
 fn sandboxes(
     kind: SandboxArg,
     limits: &LimitArgs,
     no_snapshot: bool,
     ahead_of_demand: Option<usize>,
+    local: Option<LocalPython>,
 ) -> anyhow::Result<Arc<Pool>> {
+    if let Some(python) = local {
+        return Ok(Pool::local(python, limits.limits()));
+    }
     Ok(match kind.sandbox {
         SandboxKind::Thread => Pool::new(
             limits.limits(),
@@ -123,8 +209,8 @@ struct BenchArgs {
     /// Fewer samples: a quick look rather than the figures for the README.
     #[arg(long)]
     quick: bool,
-    /// Measure only these rows of the table (1-9; 8 is the forked sandbox beside threads, 9 HTTP and HAProxy), e.g. `--only 2,8`.
-    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=9))]
+    /// Measure only these rows of the table (1-10; 8 is the forked sandbox beside threads, 9 HTTP and HAProxy, 10 the local executor beside the sandbox), e.g. `--only 2,8`.
+    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=10))]
     only: Vec<u8>,
 }
 
@@ -160,6 +246,8 @@ struct ServeArgs {
     pool_size: u16,
     #[command(flatten)]
     sandbox: SandboxArg,
+    #[command(flatten)]
+    executor: ExecutorArgs,
     /// Keep each execution's cassette (its tool calls and the catalogue it saw) in DIR as
     /// <execution_id>.jsonl, for `run --replay` (the report names the id).
     #[arg(long = "record-dir", value_name = "DIR")]
@@ -290,6 +378,8 @@ struct RunArgs {
     limits: LimitArgs,
     #[command(flatten)]
     sandbox: SandboxArg,
+    #[command(flatten)]
+    executor: ExecutorArgs,
     /// Record the script's tool calls, with the catalogue it saw, to this cassette (JSON lines).
     #[arg(long, value_name = "FILE", conflicts_with = "replay")]
     record: Option<PathBuf>,
@@ -381,14 +471,18 @@ fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Serve(cli.serve));
     let result = runtime.block_on(async {
         match command {
-            Command::Run(args) => {
-                let given = matches
-                    .subcommand_matches("run")
-                    .map(LimitsGiven::of)
-                    .unwrap_or_default();
+            Command::Run(mut args) => {
+                let run_matches = matches.subcommand_matches("run");
+                let given = run_matches.map(LimitsGiven::of).unwrap_or_default();
+                args.executor.sandbox_flags =
+                    run_matches.map(sandbox_flags_given).unwrap_or_default();
                 run(args, given).await
             }
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(mut args) => {
+                let serve_matches = matches.subcommand_matches("serve").unwrap_or(&matches);
+                args.executor.sandbox_flags = sandbox_flags_given(serve_matches);
+                serve(args).await
+            }
             Command::Parity(args) => mcp_code_mode::parity::main(args).await,
             Command::Zygote(_) => unreachable!("the zygote ran above"),
             Command::Bench(args) => {
@@ -459,11 +553,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(c) => tracing::info!("configuration {}: {} servers", c.path.display(), c.servers.len()),
     }
     let limits = args.limits.limits();
+    let local = args.executor.local(config.as_ref()).await?;
     let pool = sandboxes(
         args.sandbox,
         &args.limits,
         args.no_snapshot,
         Some(args.pool_size as usize),
+        local,
     )?;
     let record = match &args.record_dir {
         Some(dir) => {
@@ -618,6 +714,7 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
 
     let mut hub = None;
     let mut player = None;
+    let local;
     let mut recorder = None;
     let tools: Arc<dyn ToolHost> = match (cassette, &args.replay) {
         (Some(cassette), Some(path)) => {
@@ -627,12 +724,16 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
                 args.replay_match,
             ));
             player = Some(playing.clone());
+            // A replay reads no config: its executor comes from the command line alone.
+            local = args.executor.local(None).await?;
             playing
         }
         _ => {
             // The same lookup as `serve`; the servers start in the background, so a script that
             // calls no tools (or calls them later) does not wait for them.
             let servers = load_config(&args.config)?;
+            // Checked before any server starts: a bad --python costs nothing.
+            local = args.executor.local(servers.as_ref()).await?;
             let live: Arc<dyn ToolHost> = match servers.as_ref() {
                 Some(servers) => {
                     let started = Hub::start(Some(servers));
@@ -657,8 +758,13 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
         code: code.clone(),
     });
 
-    let sandboxes = sandboxes(args.sandbox, &limits, args.no_snapshot, None)?;
-    let mut config = SandboxConfig::new(limits.limits(), snapshot(args.no_snapshot));
+    // The local executor restores no snapshot: none is inflated for it.
+    let restore = local
+        .is_none()
+        .then(|| snapshot(args.no_snapshot))
+        .flatten();
+    let sandboxes = sandboxes(args.sandbox, &limits, args.no_snapshot, None, local)?;
+    let mut config = SandboxConfig::new(limits.limits(), restore);
     config.seed = seed;
     config.tools = tools;
     if !args.json {

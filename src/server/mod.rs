@@ -325,13 +325,30 @@ impl CodeModeServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for CodeModeServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
-            .with_server_info(Implementation::new("mcp-code-mode", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Write one Python script instead of many tool calls. Find tools with list_tools / search_tools, \
-                 read the few signatures you need with get_tool_signatures, then send the script to execute_code: \
-                 call tools as tools.<server>.<tool>(arg=...), print what you need, end with an expression to return it.",
-            )
+        let mut instructions = String::from(
+            "Write one Python script instead of many tool calls. Find tools with list_tools / search_tools, \
+             read the few signatures you need with get_tool_signatures, then send the script to execute_code: \
+             call tools as tools.<server>.<tool>(arg=...), print what you need, end with an expression to return it.",
+        );
+        if let Some(python) = self.pool.local_python() {
+            instructions.push_str(&format!(
+                " Scripts are {}: each runs in a fresh host Python {} process with that user's files, \
+                 network and installed packages, so do only what the user would do themselves.",
+                python.notice(),
+                python.version
+            ));
+        }
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "mcp-code-mode",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(instructions)
     }
 
     async fn list_tools(
@@ -346,7 +363,10 @@ impl ServerHandler for CodeModeServer {
         // execute_code's description carries the live catalogue of servers.
         for tool in tools.iter_mut().filter(|t| t.name == "execute_code") {
             let servers = catalog::summary(&self.hub.catalog(), &unavailable(&self.hub));
-            let base = tool.description.clone().unwrap_or_default();
+            let base = match self.pool.local_python() {
+                Some(python) => local_description(python),
+                None => tool.description.clone().unwrap_or_default().to_string(),
+            };
             tool.description = Some(format!("{base}\n\n{servers}\n\n{}", catalog::USAGE).into());
         }
         Ok(ListToolsResult::with_all_items(tools))
@@ -399,6 +419,17 @@ async fn announce_changes(mut changes: tokio::sync::watch::Receiver<u64>, peer: 
             return;
         }
     }
+}
+
+/// execute_code's description under the local executor (the sandbox's is in its `#[tool]`).
+fn local_description(python: &crate::local::LocalPython) -> String {
+    format!(
+        "Run a Python {} script that calls the configured MCP servers' tools as Python functions. \
+         Beware, {}, in a fresh host Python process with that user's files, network and installed \
+         packages (import what is installed there).",
+        python.version,
+        python.notice()
+    )
 }
 
 /// How long tools/list and the discovery tools wait for servers still in their first start.

@@ -1,6 +1,6 @@
 """Drives `mcp-code-mode serve` with a real MCP client (PyPI `mcp`), one named check per run.
 
-usage: python3 checks.py BIN CHECK --mode auto|legacy [--transport stdio|http]
+usage: python3 checks.py BIN CHECK --mode auto|legacy [--transport stdio|http] [--executor local]
 
 Starts our server (over stdio, or `serve --http` on a free loopback port with a bearer token) with a config (Claude Desktop form, `${VAR}` expansion) naming three
 real servers from tests/fixtures: filesystem (over a fresh data folder), memory, everything.
@@ -574,6 +574,24 @@ async def check_http_front(client, data, tmp, server):
 
 HTTP_ONLY = {"http_front"}
 
+
+async def check_local_notice(client, data, tmp):
+    """--executor local says, where the model reads, that scripts are not sandboxed, and runs them
+    in host CPython (with its packages: the `mcp` client this driver runs on is one)."""
+    import getpass
+    import socket
+
+    notice = f"not sandboxed: the script runs as {getpass.getuser()} on {socket.gethostname()}"
+    listed = await client.list_tools()
+    description = next(t.description for t in listed.tools if t.name == "execute_code")
+    expect(notice in description, f"execute_code's description lacks {notice!r}: {description}")
+    expect(notice in (client.instructions or ""), f"the initialize instructions lack {notice!r}: {client.instructions!r}")
+    report = ok(await execute(client, "import sys, mcp\n(sys.platform, sys.implementation.name, mcp.__name__)"))
+    expect(report["result"] == ["linux", "cpython", "mcp"], report)
+
+
+LOCAL_ONLY = {"local_notice"}
+
 # check_record: our binary, which it runs again as `run --replay`; set by main.
 BIN = None
 
@@ -619,11 +637,14 @@ async def main():
     parser.add_argument("check", choices=sorted(CHECKS))
     parser.add_argument("--mode", choices=["auto", "legacy"], required=True)
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    parser.add_argument("--executor", choices=["sandbox", "local"], default="sandbox")
     args = parser.parse_args()
     global BIN
     BIN = args.bin
     if args.check in HTTP_ONLY and args.transport != "http":
         parser.error(f"{args.check} runs only with --transport http")
+    if args.check in LOCAL_ONLY and args.executor != "local":
+        parser.error(f"{args.check} runs only with --executor local")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data, config_path, env = setup(
@@ -633,6 +654,8 @@ async def main():
         server = None
         options = dict(mode=args.mode, read_timeout_seconds=60, message_handler=record_notification)
         record = ["--record-dir", str(tmp / "cassettes")] if args.check == "record" else []
+        if args.executor == "local":
+            record += ["--executor", "local"]
         if args.transport == "http":
             extra = ["--max-sessions", "3"] if args.check == "http_front" else record
             server = HttpServer(args.bin, tmp, config_path, env, extra)
@@ -648,7 +671,7 @@ async def main():
                     await settle(client)
                 check = CHECKS[args.check]
                 await (check(client, data, tmp, server) if args.check in HTTP_ONLY else check(client, data, tmp))
-                print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version}, {args.transport})")
+                print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version}, {args.transport}, {args.executor})")
         finally:
             if server:
                 server.stop()

@@ -198,11 +198,14 @@ impl Outcome {
 pub enum EngineError {
     #[error("the sandbox could not start: {0}")]
     Boot(String),
+    /// The local executor's interpreter cannot be used (see [`crate::local::LocalPython::find`]).
+    #[error("the local executor cannot run: {0}")]
+    Local(String),
 }
 
 /// What the Python prelude reports (codemode.run_job).
 #[derive(Deserialize)]
-struct ScriptReport {
+pub(crate) struct ScriptReport {
     result: Value,
     error: Option<ErrorInfo>,
     exit_code: i32,
@@ -237,9 +240,12 @@ impl Fate {
 
 /// One sandbox, ready for its one job: an isolate on a thread of this process, or a sealed child
 /// process forked from the zygote (see [`zygote`]). Both end the same way, in an [`Outcome`].
+/// `Local` is no sandbox: the local executor's host Python process ([`crate::local`]), which
+/// ends in the same [`Outcome`].
 pub enum Sandbox {
     Thread(ThreadSandbox),
     Forked(zygote::ForkedSandbox),
+    Local(crate::local::LocalSandbox),
 }
 
 impl Sandbox {
@@ -253,6 +259,7 @@ impl Sandbox {
         match self {
             Sandbox::Thread(s) => s.tools.set_host(tools),
             Sandbox::Forked(s) => s.set_tools(tools),
+            Sandbox::Local(s) => s.set_tools(tools),
         }
     }
 
@@ -262,6 +269,7 @@ impl Sandbox {
         match self {
             Sandbox::Thread(s) => s.execute(job).await,
             Sandbox::Forked(s) => s.execute(job).await,
+            Sandbox::Local(s) => s.execute(job).await,
         }
     }
 }
@@ -338,7 +346,7 @@ impl Drop for ThreadSandbox {
 }
 
 /// The runner's report, or the error that stands for an unreadable one.
-fn read_report(json: &str) -> Result<ScriptReport, ErrorInfo> {
+pub(crate) fn read_report(json: &str) -> Result<ScriptReport, ErrorInfo> {
     serde_json::from_str::<ScriptReport>(json).map_err(|e| ErrorInfo {
         kind: "RuntimeError".into(),
         message: format!("mcp-code-mode: unreadable report from the sandbox: {e}"),
@@ -346,7 +354,7 @@ fn read_report(json: &str) -> Result<ScriptReport, ErrorInfo> {
     })
 }
 
-fn timeout_error(timeout: Duration) -> ErrorInfo {
+pub(crate) fn timeout_error(timeout: Duration) -> ErrorInfo {
     ErrorInfo {
         kind: "TimeoutError".into(),
         message: format!(
@@ -392,7 +400,7 @@ fn died_error(
 }
 
 /// The outcome both kinds of sandbox return, from the report (or the error standing for it).
-fn shape_outcome(
+pub(crate) fn shape_outcome(
     report: Result<ScriptReport, ErrorInfo>,
     captured: crate::bridge::output::CapturedOutput,
     tool_calls: Vec<ToolCallRecord>,

@@ -10,6 +10,7 @@ use super::{
     EngineError, ForkedSandbox, Limits, Sandbox, SandboxConfig, Snapshot, Zygote, ZygoteCommand,
 };
 use crate::bridge::{NoTools, ToolHost};
+use crate::local::{LocalPython, LocalSandbox};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -35,6 +36,11 @@ enum Source {
         limits: Limits,
         /// Started with the pool; restarted on demand if it exits.
         zygote: tokio::sync::Mutex<Option<Arc<Zygote>>>,
+    },
+    /// No sandbox: each execution starts a host Python process (see [`crate::local`]).
+    Local {
+        python: Arc<LocalPython>,
+        limits: Limits,
     },
 }
 
@@ -62,6 +68,22 @@ impl Pool {
             },
             spares,
         )
+    }
+
+    /// The local executor's "pool": nothing made ahead, each execution starts its own host Python
+    /// process when it runs. Not a sandbox (see [`crate::local`]).
+    pub fn local(python: LocalPython, limits: Limits) -> Arc<Pool> {
+        let python = Arc::new(python);
+        Self::start(Source::Local { python, limits }, 0)
+    }
+
+    /// The local executor's interpreter, when this pool is the local executor's (so every
+    /// notice can say that scripts are not sandboxed).
+    pub fn local_python(&self) -> Option<&LocalPython> {
+        match &self.source {
+            Source::Local { python, .. } => Some(python.as_ref()),
+            _ => None,
+        }
     }
 
     fn start(source: Source, size: usize) -> Arc<Pool> {
@@ -101,8 +123,14 @@ impl Pool {
     /// A sandbox for `config`'s tools, seed and live output. A thread sandbox draws its seed at
     /// boot, so one boots for it; a forked child draws it with the job, so a waiting one serves.
     pub async fn take_for(&self, config: SandboxConfig) -> Result<Sandbox, EngineError> {
-        if let Source::Threads { .. } = self.source {
-            return Sandbox::new(config).await;
+        match &self.source {
+            Source::Threads { .. } => return Sandbox::new(config).await,
+            Source::Local { python, limits } => {
+                let mut local = LocalSandbox::new(python.clone(), *limits, config.tools);
+                local.ready_for(config.seed, config.live_output);
+                return Ok(Sandbox::Local(local));
+            }
+            Source::Forks { .. } => {}
         }
         let sandbox = self.take(config.tools).await?;
         let Sandbox::Forked(mut child) = sandbox else {
@@ -176,6 +204,11 @@ impl Pool {
                 .await
             }
             Source::Forks { .. } => Ok(Sandbox::Forked(self.fork().await?)),
+            Source::Local { python, limits } => Ok(Sandbox::Local(LocalSandbox::new(
+                python.clone(),
+                *limits,
+                Arc::new(NoTools),
+            ))),
         }
     }
 
@@ -218,7 +251,7 @@ async fn refill(pool: std::sync::Weak<Pool>) {
         let Some(strong) = pool.upgrade() else { return };
         strong.ready.lock().retain(|sandbox| match sandbox {
             Sandbox::Forked(child) => !child.outdated(),
-            Sandbox::Thread(_) => true,
+            Sandbox::Thread(_) | Sandbox::Local(_) => true,
         });
         if strong.ready_count() >= strong.size {
             let wanted = strong.wanted.clone();
