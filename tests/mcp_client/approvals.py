@@ -271,6 +271,10 @@ async def main():
                 if args.check == "approve_all":
                     log = "".join(server.stderr)
                     expect("WARNING: --approve-all" in log, f"--approve-all was not warned about: {log[-2000:]}")
+                    # Every decision is in the log too (serve --http logs at info).
+                    for line in ("filesystem.write_file: approved by --approve-all",
+                                 'filesystem.move_file: denied by the rule "move_file": "deny"'):
+                        expect(line in log, f"the log lacks {line!r}: {log[-3000:]}")
 
 
 if __name__ == "__main__":
