@@ -23,3 +23,21 @@ macro_rules! checks {
 
 checks!(stdio: accept, decline, cancel, allow_all, paused_clock, denied, unasked, approve_all);
 checks!(http: accept, decline, cancel, allow_all, paused_clock, unasked, approve_all);
+
+/// `serve --http --stateless`: a 2026-07-28 client is asked as with sessions (`input_required`
+/// needs none); a 2025-11-25 client has no session to carry an elicitation's answer, so `ask` is
+/// refused for it, at once.
+mod http_stateless {
+    #[test]
+    fn auto_accept() {
+        super::check("accept", "auto", "http-stateless");
+    }
+    #[test]
+    fn auto_cancel() {
+        super::check("cancel", "auto", "http-stateless");
+    }
+    #[test]
+    fn legacy_is_refused() {
+        super::check("stateless_refused", "legacy", "http-stateless");
+    }
+}

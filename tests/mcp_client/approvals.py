@@ -60,6 +60,7 @@ def person_for(check):
         "paused_clock": Person("accept", delay=4.0),
         "denied": Person("accept"),
         "unasked": None,
+        "stateless_refused": Person("accept"),
         "approve_all": None,
     }[check]
 
@@ -221,6 +222,18 @@ r
     expect(report["result"] == "beta has one line\n", report)
 
 
+async def check_stateless_refused(client, data, person):
+    """`serve --http --stateless` under 2025-11-25: no session carries an elicitation's answer, so
+    even a client that could answer is not asked: `ask` is refused (never allowed, never hung)."""
+    target = data / "notes" / "stateless.txt"
+    started = time.monotonic()
+    report = await execute(client, f"tools.filesystem.write_file(path={str(target)!r}, content='x')")
+    expect(time.monotonic() - started < APPROVAL_TIMEOUT_S / 2, "the refusal waited for the approval timeout")
+    expect(report["error"] and "cannot ask its user" in report["error"]["message"], json.dumps(report, indent=1))
+    expect(person.questions == [] and not target.exists(), f"asked {person.questions}")
+    expect(decisions(report) == [("write_file", "denied")], decisions(report))
+
+
 async def check_approve_all(client, data, person):
     """serve --approve-all: `ask` runs unasked, and says so in the audit; `deny` still holds."""
     target = data / "notes" / "trusted.txt"
@@ -239,7 +252,7 @@ async def main():
     parser.add_argument("bin")
     parser.add_argument("check", choices=sorted(CHECKS))
     parser.add_argument("--mode", choices=["auto", "legacy"], required=True)
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    parser.add_argument("--transport", choices=["stdio", "http", "http-stateless"], default="stdio")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -254,8 +267,9 @@ async def main():
             options["elicitation_callback"] = person
         extra = ["--approve-all"] if args.check == "approve_all" else []
         server = None
-        if args.transport == "http":
-            server = HttpServer(args.bin, tmp, config_path, env, extra)
+        if args.transport.startswith("http"):
+            stateless = ["--stateless"] if args.transport == "http-stateless" else []
+            server = HttpServer(args.bin, tmp, config_path, env, extra + stateless)
             connect = server.client(**options)
         else:
             params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path), *extra], env=env)
