@@ -50,7 +50,7 @@ pub fn parse_timeout(s: &str) -> Result<f64, String> {
 }
 
 /// Top-level keys besides the servers' object.
-const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python"];
+const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals"];
 
 const KNOWN_FIELDS: &[&str] = &[
     "command",
@@ -64,6 +64,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "disabled",
     "timeout_s",
     "type",
+    "policy",
 ];
 
 /// The loaded configuration.
@@ -73,6 +74,8 @@ pub struct Config {
     pub path: PathBuf,
     /// Every server, disabled ones included (marked), sorted by name.
     pub servers: Vec<ServerConfig>,
+    /// Each server's `"policy"` and the top-level `"approvals"` settings (see `approval`).
+    pub approvals: crate::approval::Approvals,
     /// `"executor"`: where scripts run, unless `--executor` says otherwise (None: the sandbox).
     pub executor: Option<Executor>,
     /// `"python"`: the interpreter of the local executor, unless `--python` says otherwise (a
@@ -359,15 +362,31 @@ pub fn load_with_env(
     }
 
     let mut parsed = Vec::new();
+    let mut approvals = crate::approval::Approvals {
+        file: path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
+        ..Default::default()
+    };
+    if let Some(settings) = root.get("approvals") {
+        crate::approval::parse_settings(settings, &mut approvals).map_err(file_error)?;
+    }
     for (name, entry) in servers.iter().filter(|(name, _)| !is_comment(name)) {
         let ctx = Ctx { path, server: name };
         parsed.push(parse_server(&ctx, entry, &vars, &base_dir)?);
+        if let Some(policy) = entry.get("policy") {
+            let rules = crate::approval::parse_server_policy(policy)
+                .map_err(|e| ctx.field_error("policy", e))?;
+            approvals.servers.insert(name.clone(), rules);
+        }
     }
     Ok(Config {
         path: path.to_path_buf(),
         servers: parsed,
         executor,
         python,
+        approvals,
     })
 }
 

@@ -4,6 +4,7 @@
 // The sandbox core (crates/sandbox), under the names the rest of the crate uses.
 pub use mcp_code_mode_sandbox::{bridge, engine, local};
 
+pub mod approval;
 pub mod assets;
 pub mod bench;
 pub mod config;

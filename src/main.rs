@@ -256,6 +256,10 @@ struct ServeArgs {
     /// results, with "[redacted]" in cassettes (repeatable).
     #[arg(long, value_name = "KEY", requires = "record_dir")]
     redact: Vec<String>,
+    /// Run every tool call whose policy is "ask" without asking anyone ("deny" still holds):
+    /// for trusted, unattended use only.
+    #[arg(long = "approve-all")]
+    approve_all: bool,
     #[command(flatten)]
     http: HttpArgs,
 }
@@ -572,10 +576,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let hub = Hub::start(config.as_ref());
+    let mut approvals = config
+        .as_ref()
+        .map(|c| c.approvals.clone())
+        .unwrap_or_default();
+    if args.approve_all {
+        approvals.approve_all = true;
+        eprintln!("mcp-code-mode: WARNING: --approve-all: tool calls whose policy is \"ask\" run WITHOUT ASKING ANYONE, destructive ones included (\"deny\" still holds); use it only for trusted, unattended runs");
+        tracing::warn!("--approve-all: every \"ask\" tool call is approved without asking");
+    }
     let options = ServeOptions {
         limits,
         max_timeout: Duration::from_secs_f64(args.max_timeout),
         record,
+        approvals: Arc::new(approvals),
     };
     if let Some(http) = http {
         mcp_code_mode::server::http::serve_http(hub, pool, options, http).await?;

@@ -207,6 +207,62 @@ async fn a_job_timeout_overrides_the_limit() {
     assert!(o.duration_ms < 800.0, "{}", o.duration_ms);
 }
 
+/// The host's `RunControl`: time paused does not count against the timeout (a script that runs
+/// 1.5 s past a 1 s timeout while its clock was held 1 s finishes); a stop ends the job at once
+/// with the host's error, keeping what it printed.
+#[tokio::test]
+async fn a_paused_clock_extends_the_timeout_and_a_stop_ends_the_job() {
+    use mcp_code_mode::engine::RunControl;
+    let sleeper = || Job {
+        timeout: Some(Duration::from_secs(1)),
+        ..Job::new("import time\ntime.sleep(1.5)\n'done'")
+    };
+    let boot = || async {
+        Sandbox::new(crate::util::config(Limits::default()))
+            .await
+            .unwrap()
+    };
+    let sandbox = boot().await;
+    let control = RunControl::new();
+    let held = control.pause();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        drop(held);
+    });
+    let o = sandbox.execute_with(sleeper(), control).await;
+    release.await.unwrap();
+    assert_eq!((o.error, o.result), (None, json!("done")));
+    // Unpaused, the same script times out.
+    let o = boot()
+        .await
+        .execute_with(sleeper(), RunControl::new())
+        .await;
+    assert_eq!(o.error.unwrap().kind, "TimeoutError");
+
+    // Booted first, so the stop comes while the script runs.
+    let sandbox = Sandbox::new(crate::util::config(Limits::default()))
+        .await
+        .unwrap();
+    let control = RunControl::new();
+    let stopper = control.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        stopper.stop("ApprovalCancelled", "stopped by its host");
+    });
+    let job = Job {
+        timeout: Some(Duration::from_secs(5)),
+        ..Job::new("print('before', flush=True)\nimport time\ntime.sleep(3)\nprint('after')")
+    };
+    let o = sandbox.execute_with(job, control).await;
+    let error = o.error.unwrap();
+    assert_eq!(
+        (error.kind.as_str(), error.message.as_str()),
+        ("ApprovalCancelled", "stopped by its host")
+    );
+    assert_eq!(o.stdout, "before\n");
+    assert!(o.duration_ms < 2000.0, "{}", o.duration_ms);
+}
+
 // ---- isolation ------------------------------------------------------------------------------
 
 async fn assert_fails(code: &str, needle: &str) {

@@ -1,5 +1,6 @@
 //! The one integration-test binary (each V8-linking binary weighs ~65 MB): modules by layer.
 
+mod approvals;
 mod cli;
 mod downstream;
 mod engine;

@@ -6,7 +6,7 @@ use super::cassette::{Call, Cassette, Header, RecordedLimits, Script, Unavailabl
 use super::redact::Redactor;
 use crate::bridge::tools::round_ms;
 use crate::bridge::view::PythonView;
-use crate::bridge::{ServerCatalog, ToolCallError, ToolHost};
+use crate::bridge::{Approval, ServerCatalog, ToolCallError, ToolHost};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -184,6 +184,16 @@ impl ToolHost for Recorder {
         tool: &str,
         arguments: Map<String, Value>,
     ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
+        let call = self.call_audited(server, tool, arguments);
+        Box::pin(async move { call.await.0 })
+    }
+
+    fn call_audited(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> BoxFuture<'static, (Result<Value, ToolCallError>, Option<Approval>)> {
         let index = {
             let mut log = self.log.lock();
             let log = &mut *log;
@@ -203,11 +213,11 @@ impl ToolHost for Recorder {
             });
             seq - 1
         };
-        let call = self.inner.call(server, tool, arguments);
+        let call = self.inner.call_audited(server, tool, arguments);
         let (log, redactor) = (self.log.clone(), self.redactor.clone());
         Box::pin(async move {
             let started = Instant::now();
-            let result = call.await;
+            let (result, approval) = call.await;
             let ms = round_ms(started.elapsed());
             // Redacted outside the lock: a result may be megabytes.
             let (recorded, failed) = match &result {
@@ -227,7 +237,7 @@ impl ToolHost for Recorder {
             entry.error = failed;
             entry.ms = ms;
             entry.done = Some(done);
-            result
+            (result, approval)
         })
     }
 }

@@ -6,20 +6,24 @@
 //! client asked for it, and stops its sandbox on `notifications/cancelled`.
 //! **Invariant:** nothing but MCP messages reaches stdout.
 
+mod approval;
 mod catalog;
 pub mod http;
 
+use crate::approval::{Approvals, ApprovingHost, Described};
 use crate::bridge::view::PythonView;
 use crate::bridge::{ServerCatalog, ToolCallRecord, ToolHost};
-use crate::engine::{ErrorInfo, Job, Limits, Outcome, Pool};
+use crate::engine::{ErrorInfo, Job, Limits, Outcome, Pool, RunControl};
 use crate::hub::Hub;
 use crate::replay::{RecordDir, RecordedLimits, Recorder, RunInfo, Script};
 use futures::future::BoxFuture;
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::{InputResponses, RequestState};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, RequestMetaObject, ServerCapabilities, ServerConfig,
+    CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestMetaObject,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{
@@ -124,6 +128,8 @@ pub struct ServeOptions {
     pub max_timeout: Duration,
     /// `--record-dir`: where each execution's cassette is kept, and what is kept out of it.
     pub record: Option<Arc<RecordDir>>,
+    /// The tools' approval policies (the config's, and `--approve-all`).
+    pub approvals: Arc<Approvals>,
 }
 
 #[derive(Clone)]
@@ -137,6 +143,9 @@ pub struct CodeModeServer {
     /// Over HTTP, this session's copy: its peer is told of tools/list_changed until the session
     /// ends (stdio announces to its one peer from `serve_stdio`).
     session: Option<Session>,
+    /// The catalogue with each tool's policy shown, and executions paused on an approval.
+    described: Arc<Described>,
+    paused: approval::Paused,
     tool_router: ToolRouter<Self>,
 }
 
@@ -149,6 +158,8 @@ impl CodeModeServer {
             options,
             draining: CancellationToken::new(),
             session: None,
+            described: Default::default(),
+            paused: Default::default(),
             tool_router: Self::tool_router(),
         }
     }
@@ -158,17 +169,28 @@ impl CodeModeServer {
         output_schema = rmcp::handler::server::common::schema_for_output::<ExecutionReport>(),
         annotations(read_only_hint = false, destructive_hint = true, open_world_hint = true)
     )]
+    #[allow(clippy::too_many_arguments)]
     async fn execute_code(
         &self,
         Parameters(args): Parameters<ExecuteCodeArgs>,
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
         ct: CancellationToken,
-    ) -> Result<CallToolResult, McpError> {
+        RequestState(state): RequestState,
+        InputResponses(responses): InputResponses,
+    ) -> Result<CallToolResponse, McpError> {
+        let asking = approval::asking(&meta, &peer);
+        let approval_timeout = self.options.approvals.timeout;
+        if let Some(state) = state {
+            // A 2026-07-28 client's retry with the answer to an approval: carry on.
+            let running = self.paused.resume(&state, responses, &args.code)?;
+            return approval::drive(running, asking, &self.paused, approval_timeout, &ct).await;
+        }
         if self.draining.is_cancelled() {
             return Ok(CallToolResult::error(vec![ContentBlock::text(
                 "the server is shutting down and starts no new executions; retry on another replica",
-            )]));
+            )])
+            .into());
         }
         let timeout = match args.timeout_s {
             None => self.options.limits.timeout,
@@ -179,21 +201,33 @@ impl CodeModeServer {
                 return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                     "timeout_s must be more than 0 and at most {} (the server's --max-timeout); got {s}",
                     self.options.max_timeout.as_secs_f64()
-                ))]))
+                ))])
+                .into())
             }
         };
         let execution_id = crate::replay::new_execution_id();
         let progress = meta
             .get_progress_token()
             .map(|token| Progress::new(peer, token));
+        // The approval policy stands first in front of the hub, so a recording holds what the
+        // script saw: a declined call is recorded with its error.
+        let control = RunControl::new();
+        let (asker, questions) = tokio::sync::mpsc::unbounded_channel();
+        let approving = Arc::new(ApprovingHost::new(
+            self.hub.clone(),
+            self.options.approvals.clone(),
+            self.described.clone(),
+            asking.is_some().then_some(asker),
+            control.clone(),
+        ));
         let recorder = self
             .options
             .record
             .as_ref()
-            .map(|record| Arc::new(Recorder::new(self.hub.clone(), record.redactor.clone())));
+            .map(|record| Arc::new(Recorder::new(approving.clone(), record.redactor.clone())));
         let inner: Arc<dyn ToolHost> = match &recorder {
             Some(recorder) => recorder.clone(),
-            None => self.hub.clone(),
+            None => approving.clone(),
         };
         let tools: Arc<dyn ToolHost> = match &progress {
             Some(p) => Arc::new(ReportingHost {
@@ -211,8 +245,12 @@ impl CodeModeServer {
             filename: job.filename.clone(),
             code: job.code.clone(),
         });
-        let run = async {
-            let sandbox = self
+        let code = job.code.clone();
+        let this = self.clone();
+        // Its own task, so an execution paused on a 2026-07-28 approval outlives this request.
+        // Dropping it (on cancellation) drops the sandbox, which terminates its isolate.
+        let task = tokio::spawn(async move {
+            let sandbox = this
                 .pool
                 .take(tools)
                 .await
@@ -220,15 +258,34 @@ impl CodeModeServer {
             if let Some(p) = &progress {
                 p.send("running".into()).await;
             }
-            Ok::<Outcome, McpError>(sandbox.execute(job).await)
-        };
-        // Dropping `run` on cancellation drops the sandbox, which terminates its isolate.
-        let outcome = tokio::select! {
-            outcome = run => outcome?,
-            _ = ct.cancelled() => {
-                return Err(McpError::internal_error("execution cancelled by the client", None));
+            let mut outcome = sandbox.execute_with(job, control).await;
+            if let Some(call) = approving.stopped_call() {
+                let recorded =
+                    |c: &ToolCallRecord| c.approval == call.approval && c.tool == call.tool;
+                if !outcome.tool_calls.iter().any(recorded) {
+                    outcome.tool_calls.push(call);
+                }
             }
+            this.report(outcome, execution_id, recorder, script, timeout)
+                .await
+        });
+        let running = approval::Running {
+            code,
+            task: tokio_util::task::AbortOnDropHandle::new(task),
+            questions,
         };
+        approval::drive(running, asking, &self.paused, approval_timeout, &ct).await
+    }
+
+    /// The result of a finished execution (its cassette saved first, with --record-dir).
+    async fn report(
+        &self,
+        outcome: Outcome,
+        execution_id: String,
+        recorder: Option<Arc<Recorder>>,
+        script: Option<Script>,
+        timeout: Duration,
+    ) -> Result<CallToolResult, McpError> {
         if let (Some(recorder), Some(record)) = (recorder, &self.options.record) {
             let cassette = recorder.cassette(RunInfo {
                 execution_id: execution_id.clone(),
@@ -274,7 +331,7 @@ impl CodeModeServer {
     ) -> Result<CallToolResult, McpError> {
         let _ = tokio::time::timeout(FIRST_START_GRACE, self.hub.wait_started()).await;
         let text = catalog::list(
-            &self.hub.catalog(),
+            &self.catalog(),
             &unavailable(&self.hub),
             args.server.as_deref(),
             args.offset.unwrap_or(0),
@@ -295,7 +352,7 @@ impl CodeModeServer {
     ) -> Result<CallToolResult, McpError> {
         let _ = tokio::time::timeout(FIRST_START_GRACE, self.hub.wait_started()).await;
         let text = catalog::search(
-            &self.hub.catalog(),
+            &self.catalog(),
             &args.query,
             args.detail,
             args.limit.unwrap_or(10),
@@ -312,7 +369,7 @@ impl CodeModeServer {
         Parameters(args): Parameters<GetSignaturesArgs>,
     ) -> Result<CallToolResult, McpError> {
         let _ = tokio::time::timeout(FIRST_START_GRACE, self.hub.wait_started()).await;
-        let (text, found) = catalog::signatures(&self.hub.catalog(), &args.names);
+        let (text, found) = catalog::signatures(&self.catalog(), &args.names);
         // Partial success is success: the model gets what exists and reads which names did not.
         Ok(if found > 0 || args.names.is_empty() {
             CallToolResult::success(vec![ContentBlock::text(text)])
@@ -362,7 +419,7 @@ impl ServerHandler for CodeModeServer {
         let mut tools = self.tool_router.list_all();
         // execute_code's description carries the live catalogue of servers.
         for tool in tools.iter_mut().filter(|t| t.name == "execute_code") {
-            let servers = catalog::summary(&self.hub.catalog(), &unavailable(&self.hub));
+            let servers = catalog::summary(&self.catalog(), &unavailable(&self.hub));
             let base = match self.pool.local_python() {
                 Some(python) => local_description(python),
                 None => tool.description.clone().unwrap_or_default().to_string(),
@@ -395,6 +452,12 @@ struct Session {
 }
 
 impl CodeModeServer {
+    /// The hub's catalogue with each tool's approval policy at the start of its description.
+    fn catalog(&self) -> Vec<ServerCatalog> {
+        self.described
+            .catalog(&self.options.approvals, self.hub.catalog())
+    }
+
     fn for_new_session(&self) -> Self {
         let ended = CancellationToken::new();
         Self {
@@ -539,14 +602,30 @@ impl ToolHost for ReportingHost {
         tool: &str,
         arguments: Map<String, Value>,
     ) -> BoxFuture<'static, Result<Value, crate::bridge::ToolCallError>> {
-        let call = self.inner.call(server, tool, arguments);
+        let call = self.call_audited(server, tool, arguments);
+        Box::pin(async move { call.await.0 })
+    }
+
+    fn call_audited(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> BoxFuture<
+        'static,
+        (
+            Result<Value, crate::bridge::ToolCallError>,
+            Option<crate::bridge::Approval>,
+        ),
+    > {
+        let call = self.inner.call_audited(server, tool, arguments);
         let progress = self.progress.clone();
         let name = format!("{server}.{tool}");
         Box::pin(async move {
-            let result = call.await;
+            let (result, approval) = call.await;
             let verdict = if result.is_ok() { "ok" } else { "failed" };
             progress.send(format!("called {name}: {verdict}")).await;
-            result
+            (result, approval)
         })
     }
 }

@@ -84,6 +84,8 @@ def setup(tmp: Path, with_changer=False, with_starting=False, with_many=False):
                 "command": "node",
                 "args": [str(MODULES / "server-filesystem/dist/index.js"), "${TEST_DATA_DIR}"],
                 "description": "Files under the test data folder",
+                # These checks' client cannot be asked (no elicitation): its scripts write unasked.
+                "policy": {"write_file": "allow"},
             },
             "memory": {
                 "command": "node",
@@ -99,6 +101,7 @@ def setup(tmp: Path, with_changer=False, with_starting=False, with_many=False):
             "command": "node",
             "args": [str(tmp / "changer.cjs")],
             "env": {"NODE_PATH": str(MODULES.parent)},
+            "policy": "allow",  # its tools have no annotations, so they would ask
         }
     if with_starting:
         (tmp / "late.cjs").write_text(LATE_JS)
@@ -106,11 +109,12 @@ def setup(tmp: Path, with_changer=False, with_starting=False, with_many=False):
             "command": "node",
             "args": [str(tmp / "late.cjs")],
             "env": {"NODE_PATH": str(MODULES.parent)},
+            "policy": "allow",
         }
         config["mcpServers"]["hung"] = {"command": "node", "args": [], "timeout_s": 3}
     if with_many:
         for i in range(MANY_SERVERS):
-            config["mcpServers"][f"big{i}"] = {"command": sys.executable, "args": [str(HOSTILE / "many_server.py")]}
+            config["mcpServers"][f"big{i}"] = {"command": sys.executable, "args": [str(HOSTILE / "many_server.py")], "policy": "allow"}
     config_path = tmp / "servers.json"
     config_path.write_text(json.dumps(config, indent=2))
     env = dict(os.environ, TEST_DATA_DIR=str(data.resolve()), TEST_MEMORY_FILE=str(tmp / "memory.jsonl"))
@@ -418,7 +422,8 @@ async def check_many(client, data, tmp):
         report = ok(await execute(client, code))
     result = report["result"]
     expect(result[0] == {"tool": "tool-9999", "arguments": {"key": "k"}}, report)
-    expect(result[1:4] == [10000, "<MCP server big1: 10000 tools>", "Tool number 7. Looks up item 7 by key."], report)
+    # A docstring starts with the tool's approval policy (its config allows every tool).
+    expect(result[1:4] == [10000, "<MCP server big1: 10000 tools>", "[approval: allow] Tool number 7. Looks up item 7 by key."], report)
     expect(str(data) in json.dumps(result[4]), report)
     report = await execute(client, "tools.big4.tool_1(key='k', colour='red')")
     expect("unexpected keyword argument 'colour'" in (report["error"] or {}).get("message", ""), report)

@@ -19,7 +19,8 @@
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{LiveOutput, SharedOutput, Stream, ToolBridge, ToolHost};
 use crate::engine::{
-    read_report, shape_outcome, timeout_error, EngineError, ErrorInfo, Job, Limits, Outcome,
+    read_report, shape_outcome, stopped_error, EngineError, ErrorInfo, Job, Limits, Outcome,
+    RunControl,
 };
 use futures::StreamExt;
 use serde::Deserialize;
@@ -242,10 +243,24 @@ struct Message {
     report: String,
 }
 
+/// The job's timeout, on a clock the tool host can pause or stop.
+struct Clock {
+    start: tokio::time::Instant,
+    timeout: Duration,
+    control: RunControl,
+}
+
+impl Clock {
+    async fn expired(&self) -> Option<(String, String)> {
+        self.control.expired(self.start, self.timeout).await
+    }
+}
+
 /// How the conversation with the script's process ended.
 enum Ended {
     Report(String),
-    Timeout,
+    /// Out of (unpaused) time, or stopped by the tool host (its error).
+    Stopped(Option<(String, String)>),
     Died(String),
 }
 
@@ -271,14 +286,19 @@ impl LocalSandbox {
     }
 
     /// Runs one script in a fresh process. Never fails: every problem becomes the outcome's
-    /// `error`, with whatever the script printed before it.
-    pub async fn execute(self, job: Job) -> Outcome {
+    /// `error`, with whatever the script printed before it. `control`'s clock is the timeout's
+    /// (paused while a person is asked to approve a call).
+    pub async fn execute(self, job: Job, control: RunControl) -> Outcome {
         let started = Instant::now();
         let timeout = job.timeout.unwrap_or(self.limits.timeout);
-        let deadline = tokio::time::Instant::now() + timeout;
-        let report = match self.run(&job, deadline).await {
+        let clock = Clock {
+            start: tokio::time::Instant::now(),
+            timeout,
+            control,
+        };
+        let report = match self.run(&job, &clock).await {
             Ok(Ended::Report(json)) => read_report(&json),
-            Ok(Ended::Timeout) => Err(timeout_error(timeout)),
+            Ok(Ended::Stopped(stop)) => Err(stopped_error(stop, timeout)),
             Ok(Ended::Died(why)) | Err(why) => Err(ErrorInfo {
                 kind: "RuntimeError".into(),
                 message: format!(
@@ -297,7 +317,7 @@ impl LocalSandbox {
         )
     }
 
-    async fn run(&self, job: &Job, deadline: tokio::time::Instant) -> Result<Ended, String> {
+    async fn run(&self, job: &Job, clock: &Clock) -> Result<Ended, String> {
         let (ours, theirs) =
             std::os::unix::net::UnixStream::pair().map_err(|e| format!("no socket for it: {e}"))?;
         let mut command = tokio::process::Command::new(self.python.interpreter());
@@ -356,7 +376,7 @@ impl LocalSandbox {
                 .map(|s| spawn_reader(s, Stream::Stderr, self.output.clone())),
         ];
 
-        let ended = self.converse(ours, job, deadline).await;
+        let ended = self.converse(ours, job, clock).await;
         // Everything the script started in its group goes with it: killed before the leader is
         // reaped, so the group's id cannot have been reused.
         group.kill();
@@ -378,7 +398,7 @@ impl LocalSandbox {
         &self,
         socket: std::os::unix::net::UnixStream,
         job: &Job,
-        deadline: tokio::time::Instant,
+        clock: &Clock,
     ) -> Ended {
         let socket = match socket
             .set_nonblocking(true)
@@ -402,7 +422,7 @@ impl LocalSandbox {
         );
         let sent = tokio::select! {
             sent = writer.write_all(hello.as_bytes()) => sent,
-            () = tokio::time::sleep_until(deadline) => return Ended::Timeout,
+            stop = clock.expired() => return Ended::Stopped(stop),
         };
         if let Err(e) = sent {
             return Ended::Died(format!("could not send it the job: {e}"));
@@ -449,13 +469,13 @@ impl LocalSandbox {
                     Ok(reply) => reply,
                     Err(e) => return Ended::Died(format!("a tool call failed inside mcp-code-mode: {e}")),
                 },
-                () = tokio::time::sleep_until(deadline) => return Ended::Timeout,
+                stop = clock.expired() => return Ended::Stopped(stop),
             };
             let mut line = serde_json::json!({"id": reply.0, "value": reply.1}).to_string();
             line.push('\n');
             let written = tokio::select! {
                 written = writer.write_all(line.as_bytes()) => written,
-                () = tokio::time::sleep_until(deadline) => return Ended::Timeout,
+                stop = clock.expired() => return Ended::Stopped(stop),
             };
             if let Err(e) = written {
                 return Ended::Died(format!("could not answer it: {e}"));

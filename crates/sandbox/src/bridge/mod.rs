@@ -40,8 +40,8 @@ use tokio::sync::oneshot;
 
 pub use output::{ForwardOutput, LiveOutput, SharedOutput, Stream};
 pub use tools::{
-    NoTools, ServerCatalog, ToolBridge, ToolCallError, ToolCallRecord, ToolHost, ToolPort,
-    ToolSpec, Tools,
+    Approval, NoTools, ServerCatalog, ToolBridge, ToolCallError, ToolCallRecord, ToolHost,
+    ToolPort, ToolSpec, Tools,
 };
 
 /// The sandbox's only source of randomness: seeded (`--seed`) or from the OS.

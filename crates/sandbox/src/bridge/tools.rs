@@ -90,6 +90,29 @@ pub trait ToolHost: Send + Sync + 'static {
         tool: &str,
         arguments: Map<String, Value>,
     ) -> BoxFuture<'static, Result<Value, ToolCallError>>;
+
+    /// [`ToolHost::call`], and how the call was let through or refused when the host decides
+    /// that (an approval policy): it goes into the call's [`ToolCallRecord`]. Hosts that wrap
+    /// another pass this through.
+    fn call_audited(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> BoxFuture<'static, (Result<Value, ToolCallError>, Option<Approval>)> {
+        let call = self.call(server, tool, arguments);
+        Box::pin(async move { (call.await, None) })
+    }
+}
+
+/// How a host's approval policy decided one call: `decision` is `allowed` (by a rule or the
+/// tool's annotations), `approved` (by the user), `declined` (by the user), `cancelled` (by the
+/// user: the script was stopped), `denied` (by a rule, or because nobody could be asked) or
+/// `unanswered` (no answer in time); `by` says which rule or answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct Approval {
+    pub decision: String,
+    pub by: String,
 }
 
 /// A host with no servers: plain Python.
@@ -117,6 +140,9 @@ pub struct ToolCallRecord {
     pub tool: String,
     pub ms: f64,
     pub ok: bool,
+    /// The approval policy's decision, when the host has one (see [`Approval`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
 }
 
 /// The most JSON one tool call's arguments may take. Larger ones are refused before they are
@@ -220,12 +246,13 @@ impl ToolBridge {
             (Ok(server), Ok(tool)) => (server, tool),
             (Err(e), _) | (_, Err(e)) => return error_envelope(&e.0),
         };
-        let result = self.call(&server, &tool, arguments_json, budget).await;
+        let (result, approval) = self.call(&server, &tool, arguments_json, budget).await;
         let record = ToolCallRecord {
             server,
             tool,
             ms: round_ms(started.elapsed()),
             ok: result.is_ok(),
+            approval,
         };
         self.calls.lock().push(record);
         let envelope = match result {
@@ -241,12 +268,29 @@ impl ToolBridge {
         tool: &str,
         arguments_json: &[u8],
         budget: &Arc<MemoryBudget>,
-    ) -> Result<Value, ToolCallError> {
+    ) -> (Result<Value, ToolCallError>, Option<Approval>) {
+        let arguments = match self.checked_arguments(server, tool, arguments_json, budget) {
+            Ok(arguments) => arguments,
+            Err(e) => return (Err(e), None),
+        };
+        let (arguments, _held) = arguments;
+        self.host().call_audited(server, tool, arguments).await
+    }
+
+    /// Takes a call slot and parses the arguments, charging them to the budget while the call
+    /// is in flight (the reservation is returned with them).
+    fn checked_arguments(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments_json: &[u8],
+        budget: &Arc<MemoryBudget>,
+    ) -> Result<(Map<String, Value>, impl Sized), ToolCallError> {
         self.take_call_slot()?;
         if arguments_json.len() > MAX_ARGUMENTS_BYTES {
             return Err(arguments_too_large(server, tool, arguments_json.len()));
         }
-        let _held = budget
+        let held = budget
             .reserve(arguments_json.len().saturating_mul(PARSED_ARGUMENTS_FACTOR))
             .ok_or_else(|| {
                 ToolCallError(format!(
@@ -263,7 +307,7 @@ impl ToolBridge {
             }
             Err(e) => return Err(ToolCallError(format!("arguments are not valid JSON: {e}"))),
         };
-        self.host().call(server, tool, arguments).await
+        Ok((arguments, held))
     }
 }
 

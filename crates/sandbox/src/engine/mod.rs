@@ -8,11 +8,13 @@
 //! the isolate's thread-safe handle (used only to terminate it).
 //! **Invariant:** a limit breach (timeout, V8 heap) ends the isolate; it is never reused.
 
+pub mod control;
 mod isolate;
 mod memory;
 pub mod pool;
 pub mod zygote;
 
+pub use control::RunControl;
 pub use isolate::init_v8;
 pub use memory::MemoryShares;
 pub use pool::Pool;
@@ -266,10 +268,16 @@ impl Sandbox {
     /// Runs one script. Never fails: every problem, ours or the script's, becomes the outcome's
     /// `error`, with whatever the script printed before it.
     pub async fn execute(self, job: Job) -> Outcome {
+        self.execute_with(job, RunControl::new()).await
+    }
+
+    /// [`Sandbox::execute`] with a clock the tool host can pause (time the script spends waiting
+    /// for a person does not count against its timeout) and a way to stop the job.
+    pub async fn execute_with(self, job: Job, control: RunControl) -> Outcome {
         match self {
-            Sandbox::Thread(s) => s.execute(job).await,
-            Sandbox::Forked(s) => s.execute(job).await,
-            Sandbox::Local(s) => s.execute(job).await,
+            Sandbox::Thread(s) => s.execute(job, control).await,
+            Sandbox::Forked(s) => s.execute_with(job, control).await,
+            Sandbox::Local(s) => s.execute(job, control).await,
         }
     }
 }
@@ -288,8 +296,9 @@ pub struct ThreadSandbox {
 }
 
 impl ThreadSandbox {
-    async fn execute(mut self, job: Job) -> Outcome {
+    async fn execute(mut self, job: Job, control: RunControl) -> Outcome {
         let started = Instant::now();
+        let start = tokio::time::Instant::now();
         let timeout = job.timeout.unwrap_or(self.limits.timeout);
         let job_json = serde_json::to_string(&job).expect("a job serializes");
         let outcome_rx = self.outcome_rx.take().expect("execute runs once");
@@ -301,10 +310,12 @@ impl ThreadSandbox {
         let report = if !sent {
             Err(self.died().await)
         } else {
-            match tokio::time::timeout(timeout, outcome_rx).await {
-                Ok(Ok(json)) => read_report(&json),
-                Ok(Err(_)) => Err(self.died().await),
-                Err(_) => Err(timeout_error(timeout)),
+            tokio::select! {
+                outcome = outcome_rx => match outcome {
+                    Ok(json) => read_report(&json),
+                    Err(_) => Err(self.died().await),
+                },
+                stop = control.expired(start, timeout) => Err(stopped_error(stop, timeout)),
             }
         };
         self.stop();
@@ -352,6 +363,18 @@ pub(crate) fn read_report(json: &str) -> Result<ScriptReport, ErrorInfo> {
         message: format!("mcp-code-mode: unreadable report from the sandbox: {e}"),
         traceback: String::new(),
     })
+}
+
+/// The error of a job its [`RunControl`] ended: stopped by the host, else timed out.
+pub(crate) fn stopped_error(stop: Option<(String, String)>, timeout: Duration) -> ErrorInfo {
+    match stop {
+        Some((kind, message)) => ErrorInfo {
+            kind,
+            message,
+            traceback: String::new(),
+        },
+        None => timeout_error(timeout),
+    }
 }
 
 pub(crate) fn timeout_error(timeout: Duration) -> ErrorInfo {

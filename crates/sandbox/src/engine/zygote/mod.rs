@@ -21,7 +21,9 @@ pub mod seal;
 
 pub use process::{run, ZygoteOptions, CONTROL_FD};
 
-use super::{died_error, read_report, shape_outcome, timeout_error, EngineError, Limits};
+use super::{
+    died_error, read_report, shape_outcome, stopped_error, EngineError, Limits, RunControl,
+};
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{LiveOutput, SharedOutput, Stream, ToolBridge, ToolHost};
 use futures::StreamExt;
@@ -355,7 +357,8 @@ enum Ended {
     Report(Vec<u8>),
     Died(Vec<u8>),
     Broken(String),
-    Timeout,
+    /// The clock ran out (`None`) or the host stopped the job.
+    Stopped(Option<(String, String)>),
 }
 
 impl ForkedSandbox {
@@ -380,23 +383,28 @@ impl ForkedSandbox {
         !self.zygote.is_alive() || (self.forked_cold && *self.zygote.shared.warm.borrow())
     }
 
-    pub async fn execute(mut self, job: super::Job) -> super::Outcome {
+    pub async fn execute(self, job: super::Job) -> super::Outcome {
+        self.execute_with(job, RunControl::new()).await
+    }
+
+    /// Runs the job; its timeout counts only time `control` was not paused.
+    pub async fn execute_with(mut self, job: super::Job, control: RunControl) -> super::Outcome {
         let started = Instant::now();
         let limits = self.zygote.limits;
         let timeout = job.timeout.unwrap_or(limits.timeout);
-        let deadline = tokio::time::Instant::now() + timeout;
+        let clock = (tokio::time::Instant::now(), timeout, control);
         let events = self.events.take().expect("execute runs once");
         let sync = self.sync.take().expect("execute runs once");
         let sync_server = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(serve_sync(
             sync,
             self.tools.clone(),
         )));
-        let ended = self.converse(events, &job, deadline, limits).await;
+        let ended = self.converse(events, &job, &clock, limits).await;
         drop(sync_server);
         let report = match ended {
             Ended::Report(json) => read_report(&String::from_utf8_lossy(&json)),
             Ended::Died(json) => Err(self.died(&json, limits.memory_mb)),
-            Ended::Timeout => Err(timeout_error(timeout)),
+            Ended::Stopped(stop) => Err(stopped_error(stop, timeout)),
             Ended::Broken(why) => Err(self.broken(why).await),
         };
         self.finish();
@@ -415,7 +423,7 @@ impl ForkedSandbox {
         &self,
         events: tokio::net::UnixStream,
         job: &super::Job,
-        deadline: tokio::time::Instant,
+        (start, timeout, control): &(tokio::time::Instant, Duration, RunControl),
         limits: Limits,
     ) -> Ended {
         let (reader, mut writer) = events.into_split();
@@ -471,7 +479,7 @@ impl ForkedSandbox {
                         return Ended::Broken(format!("could not answer a call: {e}"));
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => return Ended::Timeout,
+                stop = control.expired(*start, *timeout) => return Ended::Stopped(stop),
             }
         }
     }
