@@ -41,3 +41,26 @@ mod http_stateless {
         super::check("stateless_refused", "legacy", "http-stateless");
     }
 }
+
+/// The local executor asks the same way, and its timeout's clock stops while the person answers.
+mod local_executor {
+    fn check(name: &str) {
+        crate::util::python_driver(
+            "approvals.py",
+            &[name, "--mode", "legacy", "--executor", "local"],
+            &format!("ok: {name} (legacy"),
+        );
+    }
+    #[test]
+    fn accept() {
+        check("accept");
+    }
+    #[test]
+    fn cancel() {
+        check("cancel");
+    }
+    #[test]
+    fn paused_clock() {
+        check("paused_clock");
+    }
+}

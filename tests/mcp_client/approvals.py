@@ -253,6 +253,7 @@ async def main():
     parser.add_argument("check", choices=sorted(CHECKS))
     parser.add_argument("--mode", choices=["auto", "legacy"], required=True)
     parser.add_argument("--transport", choices=["stdio", "http", "http-stateless"], default="stdio")
+    parser.add_argument("--executor", choices=["sandbox", "local"], default="sandbox")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -266,6 +267,7 @@ async def main():
         if person is not None:
             options["elicitation_callback"] = person
         extra = ["--approve-all"] if args.check == "approve_all" else []
+        extra += ["--executor", args.executor]
         server = None
         if args.transport.startswith("http"):
             stateless = ["--stateless"] if args.transport == "http-stateless" else []
