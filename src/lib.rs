@@ -10,6 +10,7 @@ pub mod bench;
 pub mod config;
 pub mod debug;
 pub mod hub;
+pub mod log;
 pub mod parity;
 pub mod replay;
 pub mod server;
