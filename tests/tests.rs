@@ -6,6 +6,7 @@ mod engine;
 mod fork;
 mod http;
 mod hub;
+mod packages;
 mod parity;
 mod remote;
 mod replay;

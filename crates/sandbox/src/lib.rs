@@ -6,3 +6,5 @@
 pub mod assets;
 pub mod bridge;
 pub mod engine;
+pub mod wheelcheck;
+pub mod wheels;
