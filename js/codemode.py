@@ -414,12 +414,14 @@ class _Wheelhouse:
         self._packages = None  # name -> lock entry, read from the host on first use
         self._by_import = None
         self._busy = False
+        self.preload = []
         self.installed = set()
 
     def packages(self):
         if self._packages is None:
             lock = json.loads(_host().wheel_lock())
             self._packages = lock["packages"]
+            self.preload = lock.get("preload", [])
             self._by_import = {}
             for name, entry in sorted(self._packages.items()):
                 for module in entry.get("imports", []):
@@ -498,6 +500,17 @@ def _site_packages():
 
 _WHEELHOUSE = _Wheelhouse()
 sys.meta_path.append(_WHEELHOUSE)
+
+
+def preload():
+    """Installs and imports the packages the host preloads (`"packages": {"preload": [...]}`), if any."""
+    import importlib
+
+    _WHEELHOUSE.packages()
+    for name in _WHEELHOUSE.preload:
+        _WHEELHOUSE.install(name)
+        for module in _WHEELHOUSE.packages()[name].get("imports", []):
+            importlib.import_module(module)
 
 
 def wheelhouse():

@@ -125,6 +125,8 @@ export async function bootSandbox(settings, host) {
   });
   // A restored snapshot carries the random state it was made with: draw fresh (or seeded) state.
   pyodide.runPython("import codemode\ncodemode.reseed()");
+  // Packages the host preloads (none by default), installed and imported before any job.
+  pyodide.runPython("import codemode\ncodemode.preload()");
   // For sandboxes booted ahead of demand: the first job would otherwise pay ~10 ms of first-time
   // compilation of the job path's JS and Python.
   if (settings.warmUp) await pyodide.runPythonAsync("import codemode\nawait codemode.warm_up()");

@@ -650,6 +650,7 @@ async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
             timeout: config::DEFAULT_TIMEOUT,
             secrets: Vec::new(),
         }],
+        packages: Default::default(),
     };
     let hub = Hub::start(Some(&config));
     hub.wait_started().await;

@@ -70,6 +70,15 @@ pub struct Config {
     pub path: PathBuf,
     /// Every server, disabled ones included (marked), sorted by name.
     pub servers: Vec<ServerConfig>,
+    /// `"packages": {"wheels": DIR, "preload": [...]}` (DIR relative to the file).
+    pub packages: Packages,
+}
+
+/// Packages beyond the embedded wheelhouse.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Packages {
+    pub wheels: Option<PathBuf>,
+    pub preload: Vec<String>,
 }
 
 /// One downstream server.
@@ -283,9 +292,12 @@ pub fn load_with_env(
             kind(servers)
         )));
     };
-    for other in root.keys().filter(|k| *k != key && !is_comment(k)) {
+    for other in root
+        .keys()
+        .filter(|k| *k != key && *k != "packages" && !is_comment(k))
+    {
         tracing::warn!(
-            "{}: unknown top-level key \"{other}\" ignored (expected only \"{key}\")",
+            "{}: unknown top-level key \"{other}\" ignored (expected only \"{key}\" and \"packages\")",
             path.display()
         );
     }
@@ -309,10 +321,54 @@ pub fn load_with_env(
         let ctx = Ctx { path, server: name };
         parsed.push(parse_server(&ctx, entry, &vars, &base_dir)?);
     }
+    let packages = match root.get("packages") {
+        None => Packages::default(),
+        Some(value) => parse_packages(value, &base_dir).map_err(file_error)?,
+    };
     Ok(Config {
         path: path.to_path_buf(),
         servers: parsed,
+        packages,
     })
+}
+
+fn parse_packages(value: &Value, base_dir: &Path) -> Result<Packages, String> {
+    let Value::Object(fields) = value else {
+        return Err(format!(
+            "\"packages\" must be an object {{\"wheels\": DIR, \"preload\": [...]}}, got {}",
+            kind(value)
+        ));
+    };
+    let mut packages = Packages::default();
+    for (field, value) in fields.iter().filter(|(k, _)| !is_comment(k)) {
+        match (field.as_str(), value) {
+            ("wheels", Value::String(dir)) => packages.wheels = Some(base_dir.join(dir)),
+            ("preload", Value::Array(names)) => {
+                for name in names {
+                    let Value::String(name) = name else {
+                        return Err(format!(
+                            "\"packages\": \"preload\" lists package names (strings), got {}",
+                            kind(name)
+                        ));
+                    };
+                    packages.preload.push(name.clone());
+                }
+            }
+            ("wheels", other) | ("preload", other) => {
+                return Err(format!(
+                    "\"packages\": \"{field}\" must be {}, got {}",
+                    if field == "wheels" { "a directory (string)" } else { "a list of package names" },
+                    kind(other)
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "\"packages\": unknown field \"{field}\" (expected \"wheels\" and \"preload\")"
+                ))
+            }
+        }
+    }
+    Ok(packages)
 }
 
 /// Where an error is: the file and the server being read.

@@ -61,6 +61,7 @@ fn config(servers: Vec<ServerConfig>) -> Config {
     Config {
         path: PathBuf::from("test-config.json"),
         servers,
+        packages: Default::default(),
     }
 }
 

@@ -196,3 +196,121 @@ fn the_wheelhouse_checks_pass_and_a_tampered_wheel_is_refused() {
     let err = wheelcheck::check_wheelhouse(dir).err().expect("an unpinned wheel is refused");
     assert!(err.contains("extra-1.0-py3-none-any.whl is not pinned"), "{err}");
 }
+
+/// A user's wheel directory: a pure wheel of one's own (needing a wheelhouse package) imports in
+/// both sandbox kinds, also preloaded; a wheel for another ABI, or one posing as Pyodide's own
+/// build with other bytes, stops start-up naming what was expected.
+#[test]
+fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    std::fs::create_dir(&good).unwrap();
+    let wheel = |path: &Path| {
+        let file = std::fs::File::create(path).unwrap();
+        let mut zip = zip_writer(file);
+        zip("hello_pkg/__init__.py", "import tabulate\ndef table(rows):\n    return tabulate.tabulate(rows, tablefmt='plain')\n");
+        zip("hello_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hello-pkg\nVersion: 1.0\nRequires-Dist: tabulate\nRequires-Dist: numpy; extra == 'np'\n\n");
+        zip("", "");
+    };
+    wheel(&good.join("hello_pkg-1.0-py3-none-any.whl"));
+    let good_dir = good.to_str().unwrap();
+    for kind in ["fork", "thread"] {
+        let out = cli(&["run", "--json", "--sandbox", kind, "--wheels", good_dir, "-"], "import hello_pkg\nprint(hello_pkg.table([[1, 2]]))");
+        assert_eq!(json(&out)["stdout"], "1  2\n", "{kind}: {}", json(&out));
+        let out = cli(
+            &["run", "--json", "--sandbox", kind, "--wheels", good_dir, "--preload", "hello-pkg", "-"],
+            "import sys\nprint(sorted(m for m in ('hello_pkg', 'tabulate') if m in sys.modules))",
+        );
+        assert_eq!(json(&out)["stdout"], "['hello_pkg', 'tabulate']\n", "{kind}: {}", json(&out));
+    }
+    // The same through the config file's "packages" (a directory relative to the file).
+    let config = dir.path().join("config.json");
+    std::fs::File::create(&config)
+        .unwrap()
+        .write_all(br#"{"servers": {}, "packages": {"wheels": "good", "preload": ["hello-pkg"]}}"#)
+        .unwrap();
+    let out = cli(
+        &["run", "--json", "--config", config.to_str().unwrap(), "-"],
+        "import sys\nprint('hello_pkg' in sys.modules)",
+    );
+    assert_eq!(json(&out)["stdout"], "True\n", "{}", json(&out));
+
+    let refused = |name: &str, want: &[&str]| {
+        let bad = dir.path().join(format!("bad-{name}"));
+        std::fs::create_dir(&bad).unwrap();
+        wheel(&bad.join(name));
+        let out = cli(&["run", "--wheels", bad.to_str().unwrap(), "-"], "1");
+        let stderr = crate::util::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        for w in want {
+            assert!(stderr.contains(w), "{name}: {stderr}");
+        }
+    };
+    refused(
+        "hello_pkg-1.0-cp311-cp311-manylinux_2_17_x86_64.whl",
+        &["is tagged cp311-cp311-manylinux_2_17_x86_64", "cp314-cp314-pyemscripten_2026_0_wasm32"],
+    );
+    refused(
+        "numpy-2.4.6-cp314-cp314-pyemscripten_2026_0_wasm32.whl",
+        &["pyodide-lock.json pins a292c1f5", "not Pyodide's own build"],
+    );
+    let out = cli(&["run", "--wheels", good_dir, "--preload", "nonesuch", "-"], "1");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(crate::util::text(&out.stderr).contains("preload: no package \"nonesuch\""));
+}
+
+/// A minimal zip writer (stored entries) for the test's wheels; an empty name finishes the file.
+fn zip_writer(mut file: std::fs::File) -> impl FnMut(&str, &str) {
+    use std::io::Write;
+    let mut central = Vec::new();
+    let mut offset = 0u32;
+    let mut count = 0u16;
+    move |name: &str, text: &str| {
+        if name.is_empty() {
+            let size = central.len() as u32;
+            file.write_all(&central).unwrap();
+            let mut end = b"PK\x05\x06\0\0\0\0".to_vec();
+            end.extend_from_slice(&count.to_le_bytes());
+            end.extend_from_slice(&count.to_le_bytes());
+            end.extend_from_slice(&size.to_le_bytes());
+            end.extend_from_slice(&offset.to_le_bytes());
+            end.extend_from_slice(&[0, 0]);
+            file.write_all(&end).unwrap();
+            return;
+        }
+        let crc = crc32(text.as_bytes());
+        let (n, len) = (name.len() as u16, text.len() as u32);
+        let mut local = b"PK\x03\x04\x14\0\0\0\0\0\0\0\0\0".to_vec();
+        local.extend_from_slice(&crc.to_le_bytes());
+        local.extend_from_slice(&len.to_le_bytes());
+        local.extend_from_slice(&len.to_le_bytes());
+        local.extend_from_slice(&n.to_le_bytes());
+        local.extend_from_slice(&[0, 0]);
+        local.extend_from_slice(name.as_bytes());
+        file.write_all(&local).unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        let mut entry = b"PK\x01\x02\x14\0\x14\0\0\0\0\0\0\0\0\0".to_vec();
+        entry.extend_from_slice(&crc.to_le_bytes());
+        entry.extend_from_slice(&len.to_le_bytes());
+        entry.extend_from_slice(&len.to_le_bytes());
+        entry.extend_from_slice(&n.to_le_bytes());
+        entry.extend_from_slice(&[0; 12]);
+        entry.extend_from_slice(&offset.to_le_bytes());
+        entry.extend_from_slice(name.as_bytes());
+        central.extend_from_slice(&entry);
+        offset += local.len() as u32 + len;
+        count += 1;
+    }
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
