@@ -1432,7 +1432,9 @@ async fn packages_section(quick: bool) {
                 cell(&total),
                 cell(&install),
                 cell(&own),
-                failure.map(|f| format!(" failed: {}", cell_text(&f))).unwrap_or_default()
+                failure
+                    .map(|f| format!(" failed: {}", cell_text(&f)))
+                    .unwrap_or_default()
             );
         }
     }

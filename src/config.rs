@@ -357,7 +357,11 @@ fn parse_packages(value: &Value, base_dir: &Path) -> Result<Packages, String> {
             ("wheels", other) | ("preload", other) => {
                 return Err(format!(
                     "\"packages\": \"{field}\" must be {}, got {}",
-                    if field == "wheels" { "a directory (string)" } else { "a list of package names" },
+                    if field == "wheels" {
+                        "a directory (string)"
+                    } else {
+                        "a list of package names"
+                    },
                     kind(other)
                 ))
             }

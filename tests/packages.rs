@@ -140,7 +140,10 @@ async fn micropip_installs_from_the_wheelhouse_only_and_says_why_not() {
         "{out:?}"
     );
     assert!(out[1].contains("the wheelhouse has pydantic 2."), "{out:?}");
-    assert!(out[2].starts_with("micropip.install('not a requirement!')"), "{out:?}");
+    assert!(
+        out[2].starts_with("micropip.install('not a requirement!')"),
+        "{out:?}"
+    );
 }
 
 /// A ready sandbox compiles the wasm modules of the wheelhouse's packages (byte for byte) and
@@ -157,7 +160,10 @@ async fn only_the_wheelhouse_wasm_modules_compile() {
     );
     let o = execute(&code).await;
     assert_eq!(o.error, None, "{}", o.stderr);
-    assert_eq!(o.result, serde_json::json!(["JsProxy", "refused", "refused"]));
+    assert_eq!(
+        o.result,
+        serde_json::json!(["JsProxy", "refused", "refused"])
+    );
 }
 
 /// A copy of the wheelhouse for a check to fail on.
@@ -190,11 +196,21 @@ fn the_wheelhouse_checks_pass_and_a_tampered_wheel_is_refused() {
         "{err}"
     );
     std::fs::remove_file(&wheel).unwrap();
-    let err = wheelcheck::check_wheelhouse(dir).err().expect("a missing wheel is refused");
-    assert!(err.contains("pins tabulate==0.10.0, whose wheel is not in"), "{err}");
+    let err = wheelcheck::check_wheelhouse(dir)
+        .err()
+        .expect("a missing wheel is refused");
+    assert!(
+        err.contains("pins tabulate==0.10.0, whose wheel is not in"),
+        "{err}"
+    );
     std::fs::write(dir.join("extra-1.0-py3-none-any.whl"), b"PK").unwrap();
-    let err = wheelcheck::check_wheelhouse(dir).err().expect("an unpinned wheel is refused");
-    assert!(err.contains("extra-1.0-py3-none-any.whl is not pinned"), "{err}");
+    let err = wheelcheck::check_wheelhouse(dir)
+        .err()
+        .expect("an unpinned wheel is refused");
+    assert!(
+        err.contains("extra-1.0-py3-none-any.whl is not pinned"),
+        "{err}"
+    );
 }
 
 /// A user's wheel directory: a pure wheel of one's own (needing a wheelhouse package) imports in
@@ -216,13 +232,39 @@ fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
     wheel(&good.join("hello_pkg-1.0-py3-none-any.whl"));
     let good_dir = good.to_str().unwrap();
     for kind in ["fork", "thread"] {
-        let out = cli(&["run", "--json", "--sandbox", kind, "--wheels", good_dir, "-"], "import hello_pkg\nprint(hello_pkg.table([[1, 2]]))");
+        let out = cli(
+            &[
+                "run",
+                "--json",
+                "--sandbox",
+                kind,
+                "--wheels",
+                good_dir,
+                "-",
+            ],
+            "import hello_pkg\nprint(hello_pkg.table([[1, 2]]))",
+        );
         assert_eq!(json(&out)["stdout"], "1  2\n", "{kind}: {}", json(&out));
         let out = cli(
-            &["run", "--json", "--sandbox", kind, "--wheels", good_dir, "--preload", "hello-pkg", "-"],
+            &[
+                "run",
+                "--json",
+                "--sandbox",
+                kind,
+                "--wheels",
+                good_dir,
+                "--preload",
+                "hello-pkg",
+                "-",
+            ],
             "import sys\nprint(sorted(m for m in ('hello_pkg', 'tabulate') if m in sys.modules))",
         );
-        assert_eq!(json(&out)["stdout"], "['hello_pkg', 'tabulate']\n", "{kind}: {}", json(&out));
+        assert_eq!(
+            json(&out)["stdout"],
+            "['hello_pkg', 'tabulate']\n",
+            "{kind}: {}",
+            json(&out)
+        );
     }
     // The same through the config file's "packages" (a directory relative to the file).
     let config = dir.path().join("config.json");
@@ -249,13 +291,19 @@ fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
     };
     refused(
         "hello_pkg-1.0-cp311-cp311-manylinux_2_17_x86_64.whl",
-        &["is tagged cp311-cp311-manylinux_2_17_x86_64", "cp314-cp314-pyemscripten_2026_0_wasm32"],
+        &[
+            "is tagged cp311-cp311-manylinux_2_17_x86_64",
+            "cp314-cp314-pyemscripten_2026_0_wasm32",
+        ],
     );
     refused(
         "numpy-2.4.6-cp314-cp314-pyemscripten_2026_0_wasm32.whl",
         &["pyodide-lock.json pins a292c1f5", "not Pyodide's own build"],
     );
-    let out = cli(&["run", "--wheels", good_dir, "--preload", "nonesuch", "-"], "1");
+    let out = cli(
+        &["run", "--wheels", good_dir, "--preload", "nonesuch", "-"],
+        "1",
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(crate::util::text(&out.stderr).contains("preload: no package \"nonesuch\""));
 }
@@ -309,7 +357,11 @@ fn crc32(bytes: &[u8]) -> u32 {
     for &b in bytes {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc

@@ -76,9 +76,12 @@ fn embed_wheelhouse(dir: &Path, out: &Path) {
     }
     code.push_str(&format!(
         "];\npub static LOCK_JSON: &str = include_str!({:?});\n",
-        dir.join(wheelcheck::LOCK_FILE).canonicalize().unwrap().display().to_string()
+        dir.join(wheelcheck::LOCK_FILE)
+            .canonicalize()
+            .unwrap()
+            .display()
+            .to_string()
     ));
     let target = out.join("wheelhouse.rs");
     fs::write(&target, code).unwrap_or_else(|e| panic!("cannot write {}: {e}", target.display()));
 }
-

@@ -84,21 +84,32 @@ pub fn check_wheelhouse(dir: &Path) -> Result<Vec<CheckedWheel>, String> {
     files.sort();
     let mut checked = Vec::new();
     for path in files {
-        let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let file = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         let mut parts = file.splitn(3, '-');
-        let (name, version) = (normalize(parts.next().unwrap_or("")), parts.next().unwrap_or(""));
+        let (name, version) = (
+            normalize(parts.next().unwrap_or("")),
+            parts.next().unwrap_or(""),
+        );
         let Some((want_version, want)) = pins.remove(&name) else {
             return Err(format!("wheelhouse/{file} is not pinned in wheelhouse/requirements.txt: add it (python3 wheelhouse/lock.py --requirements) or remove it"));
         };
         if want_version != version {
-            return Err(format!("wheelhouse/{file}: requirements.txt pins {name}=={want_version}"));
+            return Err(format!(
+                "wheelhouse/{file}: requirements.txt pins {name}=={want_version}"
+            ));
         }
         let bytes = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let got = sha256_hex(&bytes);
         if got != want {
             return Err(format!("wheelhouse/{file} has sha256 {got}, but requirements.txt pins {want}: the wheel was changed or damaged; run wheelhouse/fetch.sh"));
         }
-        if !lock.contains(&format!("\"sha256\": \"{got}\"")) || !lock.contains(&format!("\"file_name\": \"{file}\"")) {
+        if !lock.contains(&format!("\"sha256\": \"{got}\""))
+            || !lock.contains(&format!("\"file_name\": \"{file}\""))
+        {
             return Err(format!("wheelhouse/{file} is not in wheelhouse/{LOCK_FILE} with this sha256: run python3 wheelhouse/lock.py"));
         }
         let wasm_sha256 = zip_entries(&bytes, |name| name.ends_with(".so"))
@@ -106,7 +117,12 @@ pub fn check_wheelhouse(dir: &Path) -> Result<Vec<CheckedWheel>, String> {
             .iter()
             .map(|(_, module)| sha256_hex(module))
             .collect();
-        checked.push(CheckedWheel { file, path, sha256: got, wasm_sha256 });
+        checked.push(CheckedWheel {
+            file,
+            path,
+            sha256: got,
+            wasm_sha256,
+        });
     }
     if let Some((name, (version, _))) = pins.into_iter().next() {
         return Err(format!("wheelhouse/requirements.txt pins {name}=={version}, whose wheel is not in wheelhouse/: run wheelhouse/fetch.sh"));
@@ -122,9 +138,17 @@ pub fn tag_mismatch(file: &str) -> Option<String> {
     if parts.len() < 5 {
         return Some(format!("{file} is not a wheel file name"));
     }
-    let (python, abi, platform) = (parts[parts.len() - 3], parts[parts.len() - 2], parts[parts.len() - 1]);
+    let (python, abi, platform) = (
+        parts[parts.len() - 3],
+        parts[parts.len() - 2],
+        parts[parts.len() - 1],
+    );
     let pythons: Vec<&str> = python.split('.').collect();
-    let pure = platform == "any" && abi == "none" && pythons.iter().any(|p| matches!(*p, "py3" | "py314" | "cp314"));
+    let pure = platform == "any"
+        && abi == "none"
+        && pythons
+            .iter()
+            .any(|p| matches!(*p, "py3" | "py314" | "cp314"));
     let wasm = platform.split('.').any(|p| p == PLATFORM_TAG)
         && ((abi == "cp314" && pythons.contains(&"cp314"))
             || (abi == "abi3" && pythons.iter().any(|p| p.starts_with("cp3")))
@@ -138,10 +162,15 @@ pub fn tag_mismatch(file: &str) -> Option<String> {
 
 /// The entries of a zip whose names `want` accepts, inflated: (name, bytes). A wheel's `.so`
 /// entries must be wasm modules.
-pub fn zip_entries(zip: &[u8], want: impl Fn(&str) -> bool) -> Result<Vec<(String, Vec<u8>)>, String> {
+pub fn zip_entries(
+    zip: &[u8],
+    want: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
     let bad = || "not a zip file".to_owned();
     let u16_at = |at: usize| -> Result<usize, String> {
-        zip.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize).ok_or_else(bad)
+        zip.get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+            .ok_or_else(bad)
     };
     let u32_at = |at: usize| -> Result<usize, String> {
         zip.get(at..at + 4)
@@ -159,7 +188,8 @@ pub fn zip_entries(zip: &[u8], want: impl Fn(&str) -> bool) -> Result<Vec<(Strin
             return Err("a damaged central directory".into());
         }
         let (method, size, raw_size) = (u16_at(at + 10)?, u32_at(at + 20)?, u32_at(at + 24)?);
-        let (name_len, extra_len, comment_len) = (u16_at(at + 28)?, u16_at(at + 30)?, u16_at(at + 32)?);
+        let (name_len, extra_len, comment_len) =
+            (u16_at(at + 28)?, u16_at(at + 30)?, u16_at(at + 32)?);
         let local = u32_at(at + 42)?;
         let name_bytes = zip.get(at + 46..at + 46 + name_len).ok_or_else(bad)?;
         let name = String::from_utf8_lossy(name_bytes).into_owned();
@@ -168,12 +198,18 @@ pub fn zip_entries(zip: &[u8], want: impl Fn(&str) -> bool) -> Result<Vec<(Strin
             continue;
         }
         let data_at = local + 30 + u16_at(local + 26)? + u16_at(local + 28)?;
-        let data = zip.get(data_at..data_at + size).ok_or("an entry past the end")?;
+        let data = zip
+            .get(data_at..data_at + size)
+            .ok_or("an entry past the end")?;
         let bytes = match method {
             0 => data.to_vec(),
             8 => miniz_oxide::inflate::decompress_to_vec(data)
                 .map_err(|e| format!("{name} does not inflate: {e:?}"))?,
-            _ => return Err(format!("{name}: compression method {method} is not supported")),
+            _ => {
+                return Err(format!(
+                    "{name}: compression method {method} is not supported"
+                ))
+            }
         };
         if bytes.len() != raw_size {
             return Err(format!("{name} is damaged"));

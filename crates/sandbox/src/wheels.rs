@@ -8,10 +8,10 @@
 //! modules (`.so`) are the only wasm a ready sandbox may compile: `op_wasm_compile_listed` compiles
 //! a module only if its sha256 is one of theirs ([`Wheelhouse::wasm_listed`]).
 
+use crate::wheelcheck;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
-use crate::wheelcheck;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -43,7 +43,12 @@ impl Wheelhouse {
     /// The wheels build.rs checked and embedded.
     pub fn embedded() -> Result<Self, String> {
         let files = crate::assets::wheel_names()
-            .map(|name| (name.to_owned(), Cow::Borrowed(crate::assets::wheel(name).unwrap())))
+            .map(|name| {
+                (
+                    name.to_owned(),
+                    Cow::Borrowed(crate::assets::wheel(name).unwrap()),
+                )
+            })
             .collect();
         Ok(Self {
             lock_json: crate::assets::WHEELHOUSE_LOCK.to_owned(),
@@ -117,7 +122,11 @@ impl Wheelhouse {
                 return Err(format!("--wheels {}: no .whl files there", dir.display()));
             }
             for path in files {
-                let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                let file = path
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
                 if let Some(why) = wheelcheck::tag_mismatch(&file) {
                     return Err(format!("--wheels {}: {why}", dir.display()));
                 }
@@ -157,14 +166,18 @@ impl Wheelhouse {
         for (name, entry) in packages.iter() {
             for dep in entry["depends"].as_array().into_iter().flatten() {
                 let dep = dep.as_str().unwrap_or_default();
-                if !packages.contains_key(&wheelcheck::normalize(dep)) && !packages.contains_key(dep) {
+                if !packages.contains_key(&wheelcheck::normalize(dep))
+                    && !packages.contains_key(dep)
+                {
                     return Err(format!("{name} needs {dep}, which neither the wheelhouse nor --wheels has: add its wheel"));
                 }
             }
         }
         for name in preload {
             if !packages.contains_key(&wheelcheck::normalize(name)) {
-                return Err(format!("preload: no package {name:?} in the wheelhouse or --wheels"));
+                return Err(format!(
+                    "preload: no package {name:?} in the wheelhouse or --wheels"
+                ));
             }
         }
         house.preload = preload.iter().map(|n| wheelcheck::normalize(n)).collect();
@@ -180,7 +193,9 @@ fn user_entry(file: &str, bytes: &[u8], sha256: String) -> Result<Value, String>
     let wanted = |n: &str| {
         let mut parts = n.split('/');
         let first = parts.next().unwrap_or("");
-        first.ends_with(".dist-info") && matches!(parts.next(), Some("METADATA" | "top_level.txt")) && parts.next().is_none()
+        first.ends_with(".dist-info")
+            && matches!(parts.next(), Some("METADATA" | "top_level.txt"))
+            && parts.next().is_none()
     };
     let entries = wheelcheck::zip_entries(bytes, wanted)?;
     let metadata = entries
@@ -196,13 +211,18 @@ fn user_entry(file: &str, bytes: &[u8], sha256: String) -> Result<Value, String>
             .map(|v| v.trim().to_owned())
             .collect::<Vec<_>>()
     };
-    let name = field("Name").into_iter().next().ok_or("METADATA has no Name")?;
+    let name = field("Name")
+        .into_iter()
+        .next()
+        .ok_or("METADATA has no Name")?;
     let version = field("Version").into_iter().next().unwrap_or_default();
     let depends: Vec<String> = field("Requires-Dist")
         .iter()
         .filter(|r| !r.contains(';'))
         .map(|r| {
-            let end = r.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))).unwrap_or(r.len());
+            let end = r
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+                .unwrap_or(r.len());
             wheelcheck::normalize(&r[..end])
         })
         .collect();
@@ -215,10 +235,16 @@ fn user_entry(file: &str, bytes: &[u8], sha256: String) -> Result<Value, String>
         let module = if n.contains('/') {
             (n.ends_with(".py") || n.ends_with(".so")).then_some(first)
         } else {
-            n.strip_suffix(".py").or_else(|| n.ends_with(".so").then(|| n.split('.').next().unwrap_or("")))
+            n.strip_suffix(".py").or_else(|| {
+                n.ends_with(".so")
+                    .then(|| n.split('.').next().unwrap_or(""))
+            })
         };
         if let Some(m) = module {
-            if !m.is_empty() && m.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !imports.iter().any(|i| i == m) {
+            if !m.is_empty()
+                && m.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !imports.iter().any(|i| i == m)
+            {
                 imports.push(m.to_owned());
             }
         }
