@@ -1400,6 +1400,37 @@ mod tests {
     }
 
     #[test]
+    fn packages_name_a_wheels_directory_beside_the_file_and_what_to_preload() {
+        let d = Dir::new();
+        let path = d.config(
+            r#"{"servers": {}, "packages": {"wheels": "my-wheels", "preload": ["pydantic", "tabulate"]}}"#,
+        );
+        let c = load_in(&path, &[]).unwrap();
+        assert_eq!(
+            c.packages.wheels,
+            Some(path.parent().unwrap().join("my-wheels"))
+        );
+        assert_eq!(c.packages.preload, ["pydantic", "tabulate"]);
+        assert_eq!(
+            load_in(&d.config(r#"{"servers": {}}"#), &[])
+                .unwrap()
+                .packages,
+            Packages::default()
+        );
+        for (bad, says) in [
+            (r#"{"wheels": 3}"#, "\"wheels\" must be a directory"),
+            (r#"{"preload": "pydantic"}"#, "\"preload\" must be a list"),
+            (r#"{"preload": [1]}"#, "package names (strings)"),
+            (r#"{"wheel": "x"}"#, "unknown field \"wheel\""),
+            (r#"["x"]"#, "must be an object"),
+        ] {
+            let path = d.config(&format!(r#"{{"servers": {{}}, "packages": {bad}}}"#));
+            let e = load_in(&path, &[]).expect_err(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn a_near_miss_of_a_known_field_is_an_error_that_suggests_it() {
         let d = Dir::new();
         for (typo, meant) in [
