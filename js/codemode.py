@@ -97,9 +97,32 @@ sorted(counts.items())[:3], total, len(found), repr(points[0]), message
 """
 
 
+# What installing and importing a wheelhouse package runs, without installing one: unpack a zip
+# into a scratch folder, load a module from a file, compile a large source (argparse's, read, not
+# imported). In a zygote, so that every child finds that code compiled and optimized already.
+WARM_IMPORT = """\
+import importlib.util, io, shutil, zipfile
+source = importlib.util.find_spec("argparse").loader.get_source("argparse")
+buffer = io.BytesIO()
+with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("warm_pkg/__init__.py", "VALUE = [1, 2, 3]\\n")
+    z.writestr("warm_pkg/big.py", source)
+with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as z:
+    z.extractall("/tmp/codemode-warm")
+spec = importlib.util.spec_from_file_location("warm_pkg", "/tmp/codemode-warm/warm_pkg/__init__.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+with open("/tmp/codemode-warm/warm_pkg/big.py") as f:
+    compile(f.read(), "<warm-up>", "exec")
+shutil.rmtree("/tmp/codemode-warm")
+module.VALUE
+"""
+
+
 def warm_jobs():
-    """A zygote's warm-up round, as jobs for runner.js's runJob: one like an agent's, one that fails."""
-    codes = (WARM_ROUND, "def f(x):\n    return 1 / x\nf(0)")
+    """A zygote's warm-up round, as jobs for runner.js's runJob: one like an agent's, one that
+    fails, one that does what importing a wheelhouse package does."""
+    codes = (WARM_ROUND, "def f(x):\n    return 1 / x\nf(0)", WARM_IMPORT)
     return json.dumps([{"code": code, "filename": "<warm-up>", "reseed": True} for code in codes])
 
 
