@@ -479,6 +479,11 @@ class _Wheelhouse:
         with zipfile.ZipFile(io.BytesIO(data.to_bytes())) as wheel:
             wheel.extractall(_site_packages())
         del data
+        # Its sources compiled at build time, if the host has them (else compiled on import).
+        bytecode = _host().wheel(entry["bytecode"]) if entry.get("bytecode") else None
+        if bytecode is not None:
+            with zipfile.ZipFile(io.BytesIO(bytecode.to_bytes())) as pycs:
+                pycs.extractall(_site_packages())
         self.installed.add(key)
         return done + [key]
 

@@ -1358,6 +1358,10 @@ fn import_sample(outcome: &crate::engine::Outcome, module: &str) -> anyhow::Resu
 }
 
 async fn packages_section(quick: bool) {
+    // As `serve` and `run` do: the embedded wheels with the bytecode build.rs compiled.
+    if let Ok(house) = mcp_code_mode_sandbox::wheels::Wheelhouse::embedded() {
+        mcp_code_mode_sandbox::wheels::use_wheelhouse(house.with_bytecode(crate::assets::BYTECODE));
+    }
     let modules = [("tabulate", 10), ("pydantic", 10), ("sympy", 5)];
     let n = |full: usize| if quick { 3 } else { full };
     println!();

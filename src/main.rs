@@ -113,11 +113,9 @@ impl PackageArgs {
     /// start-up, naming it and why.
     fn apply(&self) -> anyhow::Result<()> {
         use mcp_code_mode_sandbox::wheels::{use_wheelhouse, Wheelhouse};
-        if self.wheels.is_none() && self.preload.is_empty() {
-            return Ok(());
-        }
         let house = Wheelhouse::with_user_wheels(self.wheels.as_deref(), &self.preload)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_bytecode(mcp_code_mode::assets::BYTECODE);
         use_wheelhouse(house);
         Ok(())
     }

@@ -366,3 +366,15 @@ fn crc32(bytes: &[u8]) -> u32 {
     }
     !crc
 }
+
+/// `serve` and `run` install the bytecode build.rs compiled with each wheel (the sandbox never
+/// writes bytecode itself, so a .pyc there came with the package), tests left out.
+#[test]
+fn packages_come_with_their_bytecode() {
+    let code = "import os, sympy, tabulate\nimport sympy.core.tests\n\
+                print([os.path.exists(m.__cached__) for m in (tabulate, sympy, sympy.core.tests)])";
+    for kind in ["fork", "thread"] {
+        let v = json(&cli(&["run", "--json", "--sandbox", kind, "-"], code));
+        assert_eq!(v["stdout"], "[True, True, False]\n", "{kind}: {v}");
+    }
+}

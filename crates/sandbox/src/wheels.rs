@@ -273,3 +273,30 @@ fn zip_names(bytes: &[u8]) -> Result<Vec<String>, String> {
     })?;
     Ok(names.into_inner())
 }
+
+impl Wheelhouse {
+    /// Adds bytecode compiled for the embedded wheels (`<wheel file>.pyc.zip`): the lock then names
+    /// it as the package's `"bytecode"`, installed with the wheel. Bytecode for a wheel no longer
+    /// in use (a user's wheel replaced it) is left out.
+    pub fn with_bytecode(mut self, zips: &[(&'static str, &'static [u8])]) -> Self {
+        let Ok(mut lock) = serde_json::from_str::<Value>(&self.lock_json) else {
+            return self;
+        };
+        if let Some(packages) = lock["packages"].as_object_mut() {
+            for (name, bytes) in zips {
+                let Some(wheel) = name.strip_suffix(".pyc.zip") else {
+                    continue;
+                };
+                if let Some(entry) = packages
+                    .values_mut()
+                    .find(|e| e["file_name"].as_str() == Some(wheel))
+                {
+                    entry["bytecode"] = Value::from(*name);
+                    self.files.insert((*name).to_owned(), Cow::Borrowed(*bytes));
+                }
+            }
+        }
+        self.lock_json = lock.to_string();
+        self
+    }
+}
