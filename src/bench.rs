@@ -1443,7 +1443,7 @@ async fn packages_section(quick: bool) {
         }
     }
     println!();
-    println!("- Row 10: each sample is one fresh sandbox (a child forked from a warmed zygote, or a thread sandbox restored from the snapshot) running `import MOD` timed with `time.perf_counter()`; \"installing the wheels\" is the wheelhouse finder's own time (reading the wheels and their dependencies from the host and unpacking them into the in-memory filesystem), the rest is the package's own import (compiling its sources, which wheels ship without bytecode, and running them).");
+    println!("- Row 10: each sample is one fresh sandbox (a child forked from a warmed zygote, or a thread sandbox restored from the snapshot) running `import MOD` timed with `time.perf_counter()`; \"installing the wheels\" is the wheelhouse finder's own time (reading the wheels, their dependencies and the bytecode build.rs compiled for them from the host, and unpacking them into the in-memory filesystem), the rest is the package's own import (loading its modules and running them; a wheel's wasm module is checked and compiled then).");
 }
 
 fn cell_text(text: &str) -> String {
