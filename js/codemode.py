@@ -6,9 +6,14 @@ in the script's own line numbers), and exposes the configured MCP servers' tools
 
 Host-neutral: it reaches the host only through the module `_codemode_host`
 (`call_tool(server, tool, args_json) -> Promise[str]`, `catalog_json() -> str` (the servers),
-`server_tools_json(server) -> str` (one server's tools), `server_ready(server) -> Promise`): a JS
+`server_tools_json(server) -> str` (one server's tools), `server_ready(server) -> Promise`,
+`wheel_lock() -> str` (the wheelhouse's lock), `wheel(file_name) -> Uint8Array | None`): a JS
 module in Pyodide, or, in host CPython (the local executor, js/host_local.py), a Python one with
-stand-ins for the three `pyodide` functions used here.
+stand-ins for the three `pyodide` functions used here (and no wheelhouse: the host's own packages).
+
+Packages (in the sandbox only): `_Wheelhouse`, a finder at the end of `sys.meta_path`, installs a
+wheelhouse package (and what it depends on) into site-packages the first time a script imports one
+of its modules; `micropip` is patched to install from the wheelhouse only (there is no network).
 """
 
 import builtins
@@ -36,6 +41,11 @@ WARM_MODULES = [
     "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq", "io",
     "itertools", "json", "math", "operator", "pathlib", "pprint", "random", "re", "statistics",
     "string", "textwrap", "time", "typing", "urllib.parse", "uuid",
+    # What wheelhouse packages import on the way (Pyodide's stdlib zip holds sources only, so each
+    # module imported after the snapshot is compiled again in every sandbox).
+    "ast", "contextlib", "email.parser", "fnmatch", "html", "html.parser", "importlib.metadata",
+    "importlib.resources", "inspect", "locale", "numbers", "pkgutil", "shutil", "tokenize",
+    "unicodedata", "warnings", "weakref", "xml.etree.ElementTree", "zipfile", "zoneinfo",
 ]
 
 
@@ -89,9 +99,32 @@ sorted(counts.items())[:3], total, len(found), repr(points[0]), message
 """
 
 
+# What installing and importing a wheelhouse package runs, without installing one: unpack a zip
+# into a scratch folder, load a module from a file, compile a large source (argparse's, read, not
+# imported). In a zygote, so that every child finds that code compiled and optimized already.
+WARM_IMPORT = """\
+import importlib.util, io, shutil, zipfile
+source = importlib.util.find_spec("argparse").loader.get_source("argparse")
+buffer = io.BytesIO()
+with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("warm_pkg/__init__.py", "VALUE = [1, 2, 3]\\n")
+    z.writestr("warm_pkg/big.py", source)
+with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as z:
+    z.extractall("/tmp/codemode-warm")
+spec = importlib.util.spec_from_file_location("warm_pkg", "/tmp/codemode-warm/warm_pkg/__init__.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+with open("/tmp/codemode-warm/warm_pkg/big.py") as f:
+    compile(f.read(), "<warm-up>", "exec")
+shutil.rmtree("/tmp/codemode-warm")
+module.VALUE
+"""
+
+
 def warm_jobs():
-    """A zygote's warm-up round, as jobs for runner.js's runJob: one like an agent's, one that fails."""
-    codes = (WARM_ROUND, "def f(x):\n    return 1 / x\nf(0)")
+    """A zygote's warm-up round, as jobs for runner.js's runJob: one like an agent's, one that
+    fails, one that does what importing a wheelhouse package does."""
+    codes = (WARM_ROUND, "def f(x):\n    return 1 / x\nf(0)", WARM_IMPORT)
     return json.dumps([{"code": code, "filename": "<warm-up>", "reseed": True} for code in codes])
 
 
@@ -396,6 +429,164 @@ if SANDBOXED:
     _disable_network()
 
 # ---------------------------------------------------------------------------------------------
+# packages: the wheelhouse
+
+WHEELHOUSE_HINT = ("the sandbox has no network: packages come from mcp-code-mode's wheelhouse only "
+                   "(see `import codemode; codemode.wheelhouse()`); to add one, put its wheel (pure "
+                   "py3-none-any, or cp314-cp314-pyemscripten_2026_0_wasm32) in a directory and start "
+                   "mcp-code-mode with --wheels DIR")
+
+
+class _Wheelhouse:
+    """A meta-path finder, last in line: a top-level module no other finder has, that a wheelhouse
+    package provides, is installed (with its dependencies) from the host's wheels, then found."""
+
+    def __init__(self):
+        self._packages = None  # name -> lock entry, read from the host on first use
+        self._by_import = None
+        self._busy = False
+        self.preload = []
+        self.installed = set()
+        self.install_ms = 0.0
+
+    def packages(self):
+        if self._packages is None:
+            lock = json.loads(_host().wheel_lock())
+            self._packages = lock["packages"]
+            self.preload = lock.get("preload", [])
+            self._by_import = {}
+            for name, entry in sorted(self._packages.items()):
+                for module in entry.get("imports", []):
+                    self._by_import.setdefault(module, name)
+        return self._packages
+
+    def package_for(self, module):
+        self.packages()
+        return self._by_import.get(module.partition(".")[0])
+
+    def install(self, name, _seen=None):
+        """Installs the package `name` (a lock name) and what it depends on; returns what it did."""
+        import io
+        import zipfile
+
+        packages = self.packages()
+        seen = set() if _seen is None else _seen
+        key = name.lower().replace("_", "-").replace(".", "-")
+        if key in self.installed or key in seen:
+            return []
+        entry = packages.get(key)
+        if entry is None:
+            raise ModuleNotFoundError(f"no package {name!r} in the wheelhouse: {WHEELHOUSE_HINT}", name=name)
+        seen.add(key)
+        done = []
+        for dep in entry.get("depends", []):
+            done += self.install(dep, seen)
+        data = _host().wheel(entry["file_name"])
+        if data is None:
+            raise ModuleNotFoundError(f"the wheelhouse lists {entry['file_name']} but the host does not serve it", name=name)
+        with zipfile.ZipFile(io.BytesIO(data.to_bytes())) as wheel:
+            wheel.extractall(_site_packages())
+        del data
+        # Its sources compiled at build time, if the host has them (else compiled on import).
+        bytecode = _host().wheel(entry["bytecode"]) if entry.get("bytecode") else None
+        if bytecode is not None:
+            with zipfile.ZipFile(io.BytesIO(bytecode.to_bytes())) as pycs:
+                pycs.extractall(_site_packages())
+        self.installed.add(key)
+        return done + [key]
+
+    def find_spec(self, fullname, path=None, target=None):
+        if path is not None or "." in fullname or fullname.startswith("_codemode") or self._busy:
+            return None  # submodules come from their package's own path
+        self._busy = True
+        try:
+            name = self.package_for(fullname)
+        except ImportError:
+            return None  # no host yet: the build-time snapshot, or a host without wheels
+        finally:
+            self._busy = False
+        if name is None or name in self.installed:
+            return None
+        import importlib.machinery
+
+        import time
+
+        started = time.perf_counter()
+        self.install(name)
+        # Only site-packages' finder: importlib.invalidate_caches() would import importlib.metadata
+        # (~0.3 s) for its own finder.
+        finder = sys.path_importer_cache.get(_site_packages())
+        if finder is not None:
+            finder.invalidate_caches()
+        spec = importlib.machinery.PathFinder.find_spec(fullname)
+        if fullname == "micropip" and spec is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                _patch_micropip(module)
+
+            spec.loader.exec_module = exec_module
+        self.install_ms += (time.perf_counter() - started) * 1000  # read by `bench` (row 10)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+def _site_packages():
+    # Not sysconfig.get_path("purelib"): importing sysconfig costs ~0.3 s in the sandbox.
+    return next((p for p in sys.path if p.endswith("/site-packages")), f"/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")
+
+
+_WHEELHOUSE = _Wheelhouse()
+if SANDBOXED:  # host CPython imports the host's own packages
+    sys.meta_path.append(_WHEELHOUSE)
+
+
+def preload():
+    """Installs and imports the packages the host preloads (`"packages": {"preload": [...]}`), if any."""
+    import importlib
+
+    _WHEELHOUSE.packages()
+    for name in _WHEELHOUSE.preload:
+        _WHEELHOUSE.install(name)
+        for module in _WHEELHOUSE.packages()[name].get("imports", []):
+            importlib.import_module(module)
+
+
+def wheelhouse():
+    """The packages a script can import: {package: version}."""
+    return {name: entry["version"] for name, entry in sorted(_WHEELHOUSE.packages().items())}
+
+
+def _patch_micropip(micropip):
+    """micropip installs from the wheelhouse only, and says so when it cannot; never the network."""
+
+    async def install(requirements, *args, **kwargs):
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        for req in [requirements] if isinstance(requirements, str) else list(requirements):
+            if req.startswith("emfs:") or req.startswith("file:"):
+                raise ValueError(f"micropip.install({req!r}): install wheels from the wheelhouse only "
+                                 f"(import the package, or see {WHEELHOUSE_HINT})")
+            try:
+                parsed = Requirement(req)
+            except InvalidRequirement as e:
+                raise ValueError(f"micropip.install({req!r}): {e}") from None
+            key = parsed.name.lower().replace("_", "-").replace(".", "-")
+            entry = _WHEELHOUSE.packages().get(key)
+            if entry is None:
+                raise ValueError(f"micropip.install({req!r}): {parsed.name} is not in the wheelhouse; "
+                                 f"{WHEELHOUSE_HINT}")
+            if parsed.specifier and not parsed.specifier.contains(entry["version"], prereleases=True):
+                raise ValueError(f"micropip.install({req!r}): the wheelhouse has {parsed.name} "
+                                 f"{entry['version']} only")
+            _WHEELHOUSE.install(key)
+
+    micropip.install = install
+
+# ---------------------------------------------------------------------------------------------
 # running a job
 
 
@@ -421,6 +612,10 @@ def _describe_error(exc, filename):
         message = str(exc)
     except Exception:
         message = "<exception str() failed>"
+    if (SANDBOXED and isinstance(exc, ModuleNotFoundError) and exc.name and "." not in exc.name
+            and WHEELHOUSE_HINT not in message and exc.name not in sys.modules):
+        message += f" ({WHEELHOUSE_HINT})"
+        te.__notes__ = [*(te.__notes__ or []), WHEELHOUSE_HINT]
     if SANDBOXED and isinstance(exc, FileNotFoundError) and _is_host_path(exc.filename):
         hint = ("the sandbox has its own in-memory filesystem, not the host's: reach host files "
                 "through a configured server's tools, e.g. tools.filesystem.read_text_file(path=...)")

@@ -15,6 +15,7 @@
  *   op_wasm_cached_module, op_wasm_cache_module   Pyodide's wasm, compiled once per process
  *   op_output_write                  `console` writes to the script's captured stderr
  *   op_memory_charge                 the sandbox's memory budget (see "Memory" below)
+ *   op_wasm_compile_listed           compiles a wheelhouse package's own wasm module (by sha256)
  * Nothing here is Pyodide-specific beyond the names above; no other host file is reachable.
  *
  * The ops are held in this module's closures only: main_deno.js deletes `globalThis.Deno` before
@@ -23,6 +24,7 @@
  */
 const core = globalThis.Deno.core;
 const ops = core.ops;
+const ObjectDefinePropertyEarly = Object.defineProperty;
 
 function assetName(path) {
   return String(path).replace(/^file:\/\//, "");
@@ -33,10 +35,38 @@ function assetName(path) {
 const PYODIDE_WASM = "pyodide.asm.wasm";
 const pyodideWasmBuffers = new WeakSet();
 
+// Once the sandbox is ready V8 compiles no wasm, except the wasm modules of the wheelhouse's
+// packages (an extension module's `.so`, loaded when Python imports it): op_wasm_compile_listed
+// compiles those, and only those, whatever route Emscripten's loader takes to compile one.
+const compile = WebAssembly.compile;
+function listedModule(source) {
+  if (source instanceof ModuleOf || !source || typeof source !== "object") return undefined;
+  try {
+    return ops.op_wasm_compile_listed(source) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+WebAssembly.compile = async function (source) {
+  return listedModule(source) || ReflectApply(compile, this, [source]);
+};
+const ModuleOf = WebAssembly.Module;
+const WasmModule = new Proxy(ModuleOf, {
+  construct: (target, args, newTarget) =>
+    listedModule(args[0]) || ReflectConstruct(target, args, newTarget === WasmModule ? target : newTarget),
+});
+ObjectDefinePropertyEarly(ModuleOf.prototype, "constructor", { value: WasmModule, writable: true, configurable: true });
+ObjectDefinePropertyEarly(WebAssembly, "Module", { value: WasmModule, writable: true, configurable: true });
+
 const instantiate = WebAssembly.instantiate;
 WebAssembly.instantiate = async function (source, imports) {
   const buffer = source instanceof ArrayBuffer ? source : source && source.buffer;
   if (!buffer || !pyodideWasmBuffers.has(buffer)) {
+    const listed = listedModule(source);
+    if (listed) {
+      const instance = chargeInstance(await ReflectApply(instantiate, this, [listed, imports]), listed, imports);
+      return { instance, module: listed };
+    }
     const made = await ReflectApply(instantiate, this, [source, imports]);
     if (brand(instanceExports, made)) chargeInstance(made, source, imports);
     else chargeInstance(made.instance, made.module, imports);
@@ -44,7 +74,7 @@ WebAssembly.instantiate = async function (source, imports) {
   }
   let module = ops.op_wasm_cached_module();
   if (!module) {
-    module = await WebAssembly.compile(source);
+    module = await ReflectApply(compile, WebAssembly, [source]);
     ops.op_wasm_cache_module(module);
   }
   const instance = chargeInstance(await ReflectApply(instantiate, this, [module, imports]), module, imports);

@@ -209,6 +209,9 @@ function startWorker() {
     },
     catalogJson: () => new TextDecoder().decode(syncRequest("GET", "catalog")),
     serverToolsJson: (server) => new TextDecoder().decode(syncRequest("POST", "server-tools", server)),
+    // The same wheels the V8 host embeds, from the parity server (a file name as the body).
+    wheelLock: () => new TextDecoder().decode(syncRequest("GET", "wheel-lock")),
+    wheel: (fileName) => syncRequest("POST", "wheel", fileName),
   };
 
   async function boot() {

@@ -8,7 +8,8 @@
  *
  * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_idle,
  *           op_sandbox_next_job, op_sandbox_report,
- *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_catalog, op_tools_server_ready
+ *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_catalog, op_tools_server_ready,
+ *           op_wheels_lock, op_wheels_size, op_wheels_fill
  *           (and host_deno.js's own).
  */
 import { encodeCounted } from "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
@@ -33,6 +34,14 @@ const host = {
   catalogJson: () => ops.op_tools_catalog(),
   serverToolsJson: (server) => ops.op_tools_server_catalog(encodeCounted(server)),
   serverReady: (server) => ops.op_tools_server_ready(encodeCounted(server)),
+  wheelLock: () => ops.op_wheels_lock(),
+  // The buffer is allocated here (charged to the memory budget); the op copies the wheel into it.
+  wheel: (fileName) => {
+    const size = ops.op_wheels_size(encodeCounted(fileName));
+    if (size < 0) return null;
+    const bytes = new Uint8Array(size);
+    return ops.op_wheels_fill(encodeCounted(fileName), bytes) ? bytes : null;
+  },
 };
 
 let pyodide;

@@ -9,6 +9,8 @@
  *   host.serverToolsJson(server)         -> string: that server's tools, read when Python first touches it
  *   host.serverReady(server)             -> Promise<string>: "" once a starting server is up, else why not
  *                                           (optional: a host whose servers are ready at once omits it)
+ *   host.wheelLock()                     -> string: the wheelhouse's lock (Pyodide's format)
+ *   host.wheel(fileName)                 -> Uint8Array of that wheel, or null
  *
  * The Python half of the bridge is codemode.py; its source is handed in as `preludeSource`.
  */
@@ -118,9 +120,13 @@ export async function bootSandbox(settings, host) {
     catalog_json: () => host.catalogJson(),
     server_tools_json: (server) => host.serverToolsJson(server),
     server_ready: (server) => (host.serverReady ? host.serverReady(server) : Promise.resolve("")),
+    wheel_lock: () => host.wheelLock(),
+    wheel: (fileName) => host.wheel(fileName),
   });
   // A restored snapshot carries the random state it was made with: draw fresh (or seeded) state.
   pyodide.runPython("import codemode\ncodemode.reseed()");
+  // Packages the host preloads (none by default), installed and imported before any job.
+  pyodide.runPython("import codemode\ncodemode.preload()");
   // For sandboxes booted ahead of demand: the first job would otherwise pay ~10 ms of first-time
   // compilation of the job path's JS and Python.
   if (settings.warmUp) await pyodide.runPythonAsync("import codemode\nawait codemode.warm_up()");

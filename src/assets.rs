@@ -25,6 +25,10 @@ pub fn snapshot_once() -> Snapshot {
     )
 }
 
+/// The wheelhouse's bytecode build.rs compiled (see engine::make_bytecode): (`<wheel>.pyc.zip`,
+/// zip of its `__pycache__/*.pyc`).
+pub static BYTECODE: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/bytecode.rs"));
+
 /// The snapshot as embedded, for the check that the binary holds it once.
 pub fn snapshot_packed() -> &'static [u8] {
     SNAPSHOT_PACKED

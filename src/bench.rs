@@ -1347,6 +1347,9 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     if want(10) {
         local_section(&plan).await;
     }
+    if want(11) {
+        packages_section(quick).await;
+    }
     Ok(())
 }
 
@@ -1420,6 +1423,122 @@ async fn heavy_over_mcp(kind: &str, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f
     }
     server.stop().await;
     Ok((outcome, inner))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row 11: importing a wheelhouse package in a fresh sandbox.
+
+/// `import MOD` in a fresh sandbox: the whole import, and the part spent installing the wheels
+/// (the wheelhouse finder's own time; the rest is the package's own import).
+fn import_script(module: &str) -> String {
+    format!(
+        "import time, codemode\nstarted = time.perf_counter()\nimport {module}\n\
+         [(time.perf_counter() - started) * 1000, codemode._WHEELHOUSE.install_ms]"
+    )
+}
+
+fn import_sample(outcome: &crate::engine::Outcome, module: &str) -> anyhow::Result<(f64, f64)> {
+    if let Some(e) = &outcome.error {
+        bail!("import {module}: {}: {}", e.kind, e.message);
+    }
+    let pair = outcome.result.as_array().filter(|a| a.len() == 2);
+    match pair.map(|a| (a[0].as_f64(), a[1].as_f64())) {
+        Some((Some(total), Some(install))) => Ok((total, install)),
+        _ => bail!("import {module}: unexpected result {}", outcome.result),
+    }
+}
+
+async fn packages_section(quick: bool) {
+    // As `serve` and `run` do: the embedded wheels with the bytecode build.rs compiled.
+    if let Ok(house) = mcp_code_mode_sandbox::wheels::Wheelhouse::embedded() {
+        mcp_code_mode_sandbox::wheels::use_wheelhouse(house.with_bytecode(crate::assets::BYTECODE));
+    }
+    let modules = [("tabulate", 10), ("pydantic", 10), ("sympy", 5)];
+    let n = |full: usize| if quick { 3 } else { full };
+    println!();
+    println!("| 11. import in a fresh sandbox | kind | n | whole import p50 | installing the wheels p50 | the package's own import p50 | target |");
+    println!("|---|---|---:|---:|---:|---:|---|");
+    let zygote = async {
+        let command = crate::engine::ZygoteCommand {
+            program: std::env::current_exe()?,
+            args: vec!["__zygote".into()],
+        };
+        let zygote = crate::engine::Zygote::start(&command, Limits::default()).await?;
+        if !zygote.wait_warm(Duration::from_secs(120)).await {
+            bail!("the sandbox zygote did not finish warming up in 120 s");
+        }
+        anyhow::Ok(zygote)
+    }
+    .await;
+    for (module, full) in modules {
+        for kind in ["fork", "thread"] {
+            progress(&format!("import {module} in fresh {kind} sandboxes"));
+            let mut samples: Vec<(f64, f64)> = Vec::new();
+            let mut failure = None;
+            for _ in 0..n(full) {
+                let outcome = match (kind, &zygote) {
+                    ("fork", Ok(zygote)) => match zygote
+                        .fork(Arc::new(crate::bridge::NoTools), None, None)
+                        .await
+                    {
+                        Ok(sandbox) => sandbox.execute(Job::new(import_script(module))).await,
+                        Err(e) => {
+                            failure = Some(format!("{e}"));
+                            break;
+                        }
+                    },
+                    ("fork", Err(e)) => {
+                        failure = Some(format!("{e}"));
+                        break;
+                    }
+                    _ => match Sandbox::new(SandboxConfig::new(
+                        Limits::default(),
+                        Some(crate::assets::snapshot()),
+                    ))
+                    .await
+                    {
+                        Ok(sandbox) => sandbox.execute(Job::new(import_script(module))).await,
+                        Err(e) => {
+                            failure = Some(format!("{e}"));
+                            break;
+                        }
+                    },
+                };
+                match import_sample(&outcome, module) {
+                    Ok(sample) => samples.push(sample),
+                    Err(e) => {
+                        failure = Some(format!("{e}"));
+                        break;
+                    }
+                }
+            }
+            let (total, install): (Vec<f64>, Vec<f64>) = samples.iter().copied().unzip();
+            let own: Vec<f64> = samples.iter().map(|(t, i)| t - i).collect();
+            let cell = |s: &[f64]| {
+                if s.is_empty() {
+                    "—".to_owned()
+                } else {
+                    value(percentile(s, 50.0), "ms")
+                }
+            };
+            println!(
+                "| `import {module}` | {kind} | {} | {} | {} | {} | installing ≤ 50 ms |{}",
+                samples.len(),
+                cell(&total),
+                cell(&install),
+                cell(&own),
+                failure
+                    .map(|f| format!(" failed: {}", cell_text(&f)))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    println!();
+    println!("- Row 11: each sample is one fresh sandbox (a child forked from a warmed zygote, or a thread sandbox restored from the snapshot) running `import MOD` timed with `time.perf_counter()`; \"installing the wheels\" is the wheelhouse finder's own time (reading the wheels, their dependencies and the bytecode build.rs compiled for them from the host, and unpacking them into the in-memory filesystem), the rest is the package's own import (loading its modules and running them; a wheel's wasm module is checked and compiled then).");
+}
+
+fn cell_text(text: &str) -> String {
+    cell(text)
 }
 
 // ---------------------------------------------------------------------------------------------

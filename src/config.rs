@@ -50,7 +50,7 @@ pub fn parse_timeout(s: &str) -> Result<f64, String> {
 }
 
 /// Top-level keys besides the servers' object.
-const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals"];
+const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals", "packages"];
 
 const KNOWN_FIELDS: &[&str] = &[
     "command",
@@ -81,6 +81,8 @@ pub struct Config {
     /// `"python"`: the interpreter of the local executor, unless `--python` says otherwise (a
     /// path with a `/` is relative to the file's folder; a bare name is looked up on PATH).
     pub python: Option<PathBuf>,
+    /// `"packages": {"wheels": DIR, "preload": [...]}` (DIR relative to the file).
+    pub packages: Packages,
 }
 
 /// Where scripts run.
@@ -91,6 +93,13 @@ pub enum Executor {
     Sandbox,
     /// A host `python3` process per script: NOT a sandbox (`--executor local`).
     Local,
+}
+
+/// Packages beyond the embedded wheelhouse.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Packages {
+    pub wheels: Option<PathBuf>,
+    pub preload: Vec<String>,
 }
 
 /// One downstream server.
@@ -309,7 +318,7 @@ pub fn load_with_env(
         .filter(|k| *k != key && !is_comment(k) && !TOP_LEVEL_SETTINGS.contains(&k.as_str()))
     {
         tracing::warn!(
-            "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\" and \"python\")",
+            "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\", \"python\", \"approvals\" and \"packages\")",
             path.display()
         );
     }
@@ -381,13 +390,61 @@ pub fn load_with_env(
             approvals.servers.insert(name.clone(), rules);
         }
     }
+    let packages = match root.get("packages") {
+        None => Packages::default(),
+        Some(value) => parse_packages(value, &base_dir).map_err(file_error)?,
+    };
     Ok(Config {
         path: path.to_path_buf(),
         servers: parsed,
         executor,
         python,
         approvals,
+        packages,
     })
+}
+
+fn parse_packages(value: &Value, base_dir: &Path) -> Result<Packages, String> {
+    let Value::Object(fields) = value else {
+        return Err(format!(
+            "\"packages\" must be an object {{\"wheels\": DIR, \"preload\": [...]}}, got {}",
+            kind(value)
+        ));
+    };
+    let mut packages = Packages::default();
+    for (field, value) in fields.iter().filter(|(k, _)| !is_comment(k)) {
+        match (field.as_str(), value) {
+            ("wheels", Value::String(dir)) => packages.wheels = Some(base_dir.join(dir)),
+            ("preload", Value::Array(names)) => {
+                for name in names {
+                    let Value::String(name) = name else {
+                        return Err(format!(
+                            "\"packages\": \"preload\" lists package names (strings), got {}",
+                            kind(name)
+                        ));
+                    };
+                    packages.preload.push(name.clone());
+                }
+            }
+            ("wheels", other) | ("preload", other) => {
+                return Err(format!(
+                    "\"packages\": \"{field}\" must be {}, got {}",
+                    if field == "wheels" {
+                        "a directory (string)"
+                    } else {
+                        "a list of package names"
+                    },
+                    kind(other)
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "\"packages\": unknown field \"{field}\" (expected \"wheels\" and \"preload\")"
+                ))
+            }
+        }
+    }
+    Ok(packages)
 }
 
 /// Where an error is: the file and the server being read.
@@ -1434,6 +1491,37 @@ mod tests {
             .expect_err("an enabled server needs it")
             .to_string();
         assert!(e.contains("${UNSET_TOKEN} is not set"), "{e}");
+    }
+
+    #[test]
+    fn packages_name_a_wheels_directory_beside_the_file_and_what_to_preload() {
+        let d = Dir::new();
+        let path = d.config(
+            r#"{"servers": {}, "packages": {"wheels": "my-wheels", "preload": ["pydantic", "tabulate"]}}"#,
+        );
+        let c = load_in(&path, &[]).unwrap();
+        assert_eq!(
+            c.packages.wheels,
+            Some(path.parent().unwrap().join("my-wheels"))
+        );
+        assert_eq!(c.packages.preload, ["pydantic", "tabulate"]);
+        assert_eq!(
+            load_in(&d.config(r#"{"servers": {}}"#), &[])
+                .unwrap()
+                .packages,
+            Packages::default()
+        );
+        for (bad, says) in [
+            (r#"{"wheels": 3}"#, "\"wheels\" must be a directory"),
+            (r#"{"preload": "pydantic"}"#, "\"preload\" must be a list"),
+            (r#"{"preload": [1]}"#, "package names (strings)"),
+            (r#"{"wheel": "x"}"#, "unknown field \"wheel\""),
+            (r#"["x"]"#, "must be an object"),
+        ] {
+            let path = d.config(&format!(r#"{{"servers": {{}}, "packages": {bad}}}"#));
+            let e = load_in(&path, &[]).expect_err(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -57,6 +57,8 @@ enum Command {
 struct ZygoteArgs {
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    packages: PackageArgs,
     #[arg(long = "no-snapshot")]
     no_snapshot: bool,
 }
@@ -112,6 +114,8 @@ fn sandbox_flags_given(matches: &ArgMatches) -> Vec<&'static str> {
         ("pool_size", "--pool-size"),
         ("no_snapshot", "--no-snapshot"),
         ("memory_mb", "--memory-mb"),
+        ("wheels", "--wheels"),
+        ("preload", "--preload"),
     ]
     .into_iter()
     .filter(|(id, _)| {
@@ -159,6 +163,57 @@ impl ExecutorArgs {
     }
 }
 
+/// Packages beyond the embedded wheelhouse (also `"packages"` in the config file).
+#[derive(Args, Clone, Default)]
+struct PackageArgs {
+    /// A directory of your own wheels (pure, or cp314-cp314-pyemscripten_2026_0_wasm32; Pyodide
+    /// 314.0.8's own builds are checked against its lock), importable beside the wheelhouse.
+    #[arg(long, value_name = "DIR")]
+    wheels: Option<PathBuf>,
+    /// Packages installed and imported into every sandbox ahead of its script (comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "PACKAGES")]
+    preload: Vec<String>,
+}
+
+impl PackageArgs {
+    /// The flags, else the config file's `"packages"`.
+    fn or_config(&self, config: Option<&mcp_code_mode::config::Config>) -> PackageArgs {
+        let from_config = config.map(|c| &c.packages);
+        PackageArgs {
+            wheels: self
+                .wheels
+                .clone()
+                .or_else(|| from_config.and_then(|p| p.wheels.clone())),
+            preload: if self.preload.is_empty() {
+                from_config.map(|p| p.preload.clone()).unwrap_or_default()
+            } else {
+                self.preload.clone()
+            },
+        }
+    }
+
+    /// Makes these the process's packages (before any sandbox starts); a refused wheel stops
+    /// start-up, naming it and why.
+    fn apply(&self) -> anyhow::Result<()> {
+        use mcp_code_mode_sandbox::wheels::{use_wheelhouse, Wheelhouse};
+        let house = Wheelhouse::with_user_wheels(self.wheels.as_deref(), &self.preload)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_bytecode(mcp_code_mode::assets::BYTECODE);
+        use_wheelhouse(house);
+        Ok(())
+    }
+
+    fn zygote_args(&self, args: &mut Vec<std::ffi::OsString>) {
+        if let Some(dir) = &self.wheels {
+            args.push("--wheels".into());
+            args.push(dir.clone().into_os_string());
+        }
+        if !self.preload.is_empty() {
+            args.push(format!("--preload={}", self.preload.join(",")).into());
+        }
+    }
+}
+
 /// The embedded snapshot, unless the user asked to boot from scratch.
 fn snapshot(no_snapshot: bool) -> Option<Snapshot> {
     (!no_snapshot).then(mcp_code_mode::assets::snapshot)
@@ -170,6 +225,7 @@ fn snapshot(no_snapshot: bool) -> Option<Snapshot> {
 fn sandboxes(
     kind: SandboxArg,
     limits: &LimitArgs,
+    packages: &PackageArgs,
     no_snapshot: bool,
     ahead_of_demand: Option<usize>,
     local: Option<LocalPython>,
@@ -177,6 +233,7 @@ fn sandboxes(
     if let Some(python) = local {
         return Ok(Pool::local(python, limits.limits()));
     }
+    packages.apply()?;
     Ok(match kind.sandbox {
         SandboxKind::Thread => Pool::new(
             limits.limits(),
@@ -195,6 +252,7 @@ fn sandboxes(
             if no_snapshot {
                 args.push("--no-snapshot".into());
             }
+            packages.zygote_args(&mut args);
             Pool::forks(
                 ZygoteCommand { program, args },
                 limits.limits(),
@@ -209,8 +267,8 @@ struct BenchArgs {
     /// Fewer samples: a quick look rather than the figures for the README.
     #[arg(long)]
     quick: bool,
-    /// Measure only these rows of the table (1-10; 8 is the forked sandbox beside threads, 9 HTTP and HAProxy, 10 the local executor beside the sandbox), e.g. `--only 2,8`.
-    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=10))]
+    /// Measure only these rows of the table (1-11; 8 is the forked sandbox beside threads, 9 HTTP and HAProxy, 10 the local executor beside the sandbox, 11 importing wheelhouse packages), e.g. `--only 2,8`.
+    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=11))]
     only: Vec<u8>,
 }
 
@@ -235,6 +293,8 @@ struct ServeArgs {
     config: ConfigArg,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    packages: PackageArgs,
     /// The longest timeout_s a client may ask execute_code for.
     #[arg(long = "max-timeout", default_value_t = 300.0, value_name = "SECONDS", value_parser = config::parse_timeout)]
     max_timeout: f64,
@@ -377,6 +437,8 @@ struct RunArgs {
     #[arg(long = "no-snapshot")]
     no_snapshot: bool,
     #[command(flatten)]
+    packages: PackageArgs,
+    #[command(flatten)]
     config: ConfigArg,
     #[command(flatten)]
     limits: LimitArgs,
@@ -461,6 +523,10 @@ fn main() -> ExitCode {
         );
     }
     if let Some(Command::Zygote(args)) = cli.command {
+        if let Err(e) = args.packages.apply() {
+            eprintln!("mcp-code-mode: {e:#}");
+            return ExitCode::from(2);
+        }
         // Before any thread exists: the zygote forks itself.
         mcp_code_mode::engine::zygote::run(mcp_code_mode::engine::zygote::ZygoteOptions {
             limits: args.limits.limits(),
@@ -561,6 +627,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let pool = sandboxes(
         args.sandbox,
         &args.limits,
+        &args.packages.or_config(config.as_ref()),
         args.no_snapshot,
         Some(args.pool_size as usize),
         local,
@@ -665,6 +732,7 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
     let mut hub = None;
     let mut player = None;
     let local;
+    let mut packages = args.packages.clone();
     let mut recorder = None;
     let tools: Arc<dyn ToolHost> = match (cassette, &args.replay) {
         (Some(cassette), Some(path)) => {
@@ -684,6 +752,7 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
             let servers = load_config(&args.config)?;
             // Checked before any server starts: a bad --python costs nothing.
             local = args.executor.local(servers.as_ref()).await?;
+            packages = args.packages.or_config(servers.as_ref());
             let live: Arc<dyn ToolHost> = match servers.as_ref() {
                 Some(servers) => {
                     let started = Hub::start(Some(servers));
@@ -713,7 +782,14 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
         .is_none()
         .then(|| snapshot(args.no_snapshot))
         .flatten();
-    let sandboxes = sandboxes(args.sandbox, &limits, args.no_snapshot, None, local)?;
+    let sandboxes = sandboxes(
+        args.sandbox,
+        &limits,
+        &packages,
+        args.no_snapshot,
+        None,
+        local,
+    )?;
     let mut config = SandboxConfig::new(limits.limits(), restore);
     config.seed = seed;
     config.tools = tools;

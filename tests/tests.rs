@@ -8,6 +8,7 @@ mod fork;
 mod http;
 mod hub;
 mod local;
+mod packages;
 mod parity;
 mod remote;
 mod replay;

@@ -395,11 +395,22 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
             session.tools.server_tools(&request.body),
         ),
         ("POST", "tool") => tool_call(&session, &request.body).await,
+        ("GET", "wheel-lock") => Response::ok(
+            "application/json",
+            mcp_code_mode_sandbox::wheels::wheelhouse().lock_json(),
+        ),
+        ("POST", "wheel") => match std::str::from_utf8(&request.body)
+            .ok()
+            .and_then(|name| mcp_code_mode_sandbox::wheels::wheelhouse().wheel(name))
+        {
+            Some(bytes) => Response::ok("application/octet-stream", bytes),
+            None => Response::error(404, "no such wheel in the wheelhouse"),
+        },
         ("POST", "output") => output(&session, &request.body),
         (
             _,
             "" | "settings" | "snapshot" | "entropy" | "catalog" | "server-tools" | "tool"
-            | "output",
+            | "output" | "wheel-lock" | "wheel",
         ) => Response::error(405, format!("{method} is not allowed on {path}")),
         _ => Response::error(404, format!("no endpoint {endpoint:?} in a parity run")),
     }

@@ -162,3 +162,24 @@ pub fn unpack_snapshot(packed: &[u8]) -> Result<Vec<u8>, String> {
     }
     Ok(out)
 }
+
+/// The wheelhouse build.rs checked against `wheelhouse/requirements.txt`: `WHEELS` (file name,
+/// bytes, embedded as they are: wheels are zips already), `WASM_SHA256` (every wasm module inside
+/// them) and `LOCK_JSON` (Pyodide's lock format, generated from the wheels by `wheelhouse/lock.py`).
+mod embedded_wheels {
+    include!(concat!(env!("OUT_DIR"), "/wheelhouse.rs"));
+}
+pub use embedded_wheels::{LOCK_JSON as WHEELHOUSE_LOCK, WASM_SHA256 as WHEELHOUSE_WASM_SHA256};
+
+/// An embedded wheel by its file name.
+pub fn wheel(file_name: &str) -> Option<&'static [u8]> {
+    embedded_wheels::WHEELS
+        .iter()
+        .find(|(n, _)| *n == file_name)
+        .map(|(_, bytes)| *bytes)
+}
+
+/// The embedded wheels' file names.
+pub fn wheel_names() -> impl Iterator<Item = &'static str> {
+    embedded_wheels::WHEELS.iter().map(|(n, _)| *n)
+}

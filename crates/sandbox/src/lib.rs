@@ -8,3 +8,5 @@ pub mod assets;
 pub mod bridge;
 pub mod engine;
 pub mod local;
+pub mod wheelcheck;
+pub mod wheels;

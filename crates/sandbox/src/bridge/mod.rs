@@ -9,6 +9,7 @@
 //!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
 //!   wasm     `op_wasm_cached_module`, `op_wasm_cache_module`   js/host_deno.js
 //!   memory   `op_memory_charge`                           js/host_deno.js
+//!   wheels   `op_wheels_lock|size|fill`, `op_wasm_compile_listed`   js/main_deno.js, js/host_deno.js
 //!
 //! **Invariant:** the sandbox's JS holds the ops in closures and deletes `globalThis.Deno` before
 //! any script runs; even so, every op validates its own arguments as if a script called it, and
@@ -124,6 +125,17 @@ pub fn booting() -> bool {
     BOOTING.with(Cell::get)
 }
 
+thread_local! {
+    /// True only while `op_wasm_compile_listed` compiles a module whose sha256 it checked.
+    static COMPILING_LISTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether V8 may compile wasm now: while the sandbox boots, or while `op_wasm_compile_listed`
+/// compiles one of the wheelhouse's own modules.
+pub fn wasm_compile_allowed() -> bool {
+    booting() || COMPILING_LISTED.with(Cell::get)
+}
+
 fn boot_only(op: &'static str) -> Result<(), JsErrorBox> {
     if booting() {
         Ok(())
@@ -201,6 +213,10 @@ deno_core::extension!(
         op_wasm_cached_module,
         op_wasm_cache_module,
         op_memory_charge,
+        op_wheels_lock,
+        op_wheels_size,
+        op_wheels_fill,
+        op_wasm_compile_listed,
     ],
     middleware = only_sandbox_ops,
 );
@@ -511,4 +527,60 @@ fn op_memory_charge(scope: &mut v8::PinScope<'_, '_>, state: &mut OpState, bytes
     }
     scope.low_memory_notification();
     budget.try_charge(bytes)
+}
+
+/// The wheelhouse's lock (Pyodide's format), for the import hook in codemode.py.
+#[op2]
+#[string]
+fn op_wheels_lock() -> String {
+    crate::wheels::wheelhouse().lock_json().to_owned()
+}
+
+fn wheel_named(name: &[u8]) -> Option<&'static [u8]> {
+    crate::wheels::wheelhouse().wheel(std::str::from_utf8(name).ok()?)
+}
+
+/// A wheel's size in bytes, -1 if the wheelhouse has no such file. The sandbox then allocates the
+/// buffer (charged to its memory budget) that `op_wheels_fill` copies the wheel into.
+#[op2(fast)]
+fn op_wheels_size(#[buffer] name: &[u8]) -> f64 {
+    wheel_named(name).map_or(-1.0, |bytes| bytes.len() as f64)
+}
+
+#[op2(fast)]
+fn op_wheels_fill(#[buffer] name: &[u8], #[buffer] dest: &mut [u8]) -> bool {
+    match wheel_named(name) {
+        Some(bytes) if bytes.len() == dest.len() => {
+            dest.copy_from_slice(bytes);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Compiles `bytes` if they are exactly one of the wheelhouse's wasm modules (its sha256 is
+/// listed); anything else is undefined, and V8 refuses to compile it (the sandbox is ready). The
+/// module is checked and compiled from one host-side copy (charged to the budget), so nothing can
+/// change the bytes between the check and the compile.
+#[op2]
+fn op_wasm_compile_listed<'s>(
+    scope: &mut v8::PinScope<'s, '_>,
+    state: &mut OpState,
+    #[anybuffer] bytes: &[u8],
+) -> v8::Local<'s, v8::Value> {
+    let budget = state.borrow::<Memory>().0.clone();
+    let Some(_held) = budget.reserve(bytes.len()) else {
+        return v8::undefined(scope).into();
+    };
+    let copy = bytes.to_vec();
+    if !crate::wheels::wheelhouse().wasm_listed(&copy) {
+        return v8::undefined(scope).into();
+    }
+    COMPILING_LISTED.with(|c| c.set(true));
+    let module = v8::WasmModuleObject::compile(scope, &copy);
+    COMPILING_LISTED.with(|c| c.set(false));
+    match module {
+        Some(module) => module.into(),
+        None => v8::undefined(scope).into(),
+    }
 }

@@ -85,8 +85,9 @@ unsafe extern "C" fn drop_budget(budget: *const MemoryBudget) {
 }
 
 /// Installs the check V8 asks before compiling any wasm module in this isolate: allowed only
-/// while Pyodide boots, so a script cannot bring its own module (with its own memories, or
-/// `memory.grow` on Pyodide's) past the budget's wrappers.
+/// while Pyodide boots, or for a wheelhouse module whose sha256 `op_wasm_compile_listed` checked,
+/// so a script cannot bring its own module (with its own memories, or `memory.grow` on Pyodide's)
+/// past the budget's wrappers.
 pub fn gate_wasm_compilation(isolate: &mut v8::Isolate) {
     isolate.set_allow_wasm_code_generation_callback(allow_wasm_compile);
 }
@@ -95,7 +96,7 @@ unsafe extern "C" fn allow_wasm_compile(
     _context: v8::Local<v8::Context>,
     _source: v8::Local<v8::String>,
 ) -> bool {
-    crate::bridge::booting()
+    crate::bridge::wasm_compile_allowed()
 }
 
 #[cfg(test)]

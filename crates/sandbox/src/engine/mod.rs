@@ -106,6 +106,59 @@ pub async fn make_snapshot() -> Result<Vec<u8>, EngineError> {
         .map_err(|_| EngineError::Boot("the sandbox ended without making a snapshot".into()))
 }
 
+/// Compiles every wheelhouse package's Python sources once, at build time, in a sandbox (so with
+/// exactly the CPython that will load the bytecode): (wheel file name, zip of its
+/// `__pycache__/*.pyc`, unchecked-hash pycs whose file names are site-packages' own). Wheels ship
+/// sources only; without this every fresh sandbox compiles what it imports.
+pub async fn make_bytecode(
+    snapshot: Option<Snapshot>,
+) -> Result<Vec<(String, Vec<u8>)>, EngineError> {
+    const SCRIPT: &str = r#"
+import codemode, compileall, io, os, py_compile, re, shutil, zipfile
+site = codemode._site_packages()
+for name, entry in sorted(codemode._WHEELHOUSE.packages().items()):
+    root = f"/tmp/bytecode/{name}"
+    with zipfile.ZipFile(io.BytesIO(codemode._host().wheel(entry["file_name"]).to_bytes())) as wheel:
+        wheel.extractall(root)
+    # Test suites are left out: scripts do not import them, and they are half of sympy.
+    compileall.compile_dir(root, ddir=site, quiet=2, rx=re.compile(r"/tests?/"), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for folder, _, files in sorted(os.walk(root)):
+            for f in sorted(files):
+                if f.endswith(".pyc"):
+                    z.write(os.path.join(folder, f), os.path.relpath(os.path.join(folder, f), root))
+    shutil.rmtree(root)
+    print(entry["file_name"], out.getvalue().hex())
+"#;
+    let limits = Limits {
+        timeout: Duration::from_secs(900),
+        memory_mb: 4096,
+        max_output: 1 << 30,
+    };
+    let sandbox = Sandbox::new(SandboxConfig::new(limits, snapshot)).await?;
+    let outcome = sandbox.execute(Job::new(SCRIPT)).await;
+    if let Some(e) = outcome.error {
+        return Err(EngineError::Boot(format!(
+            "compiling the wheelhouse: {}: {}",
+            e.kind, e.message
+        )));
+    }
+    let mut zips = Vec::new();
+    for line in outcome.stdout.lines() {
+        let (file, hex) = line
+            .split_once(' ')
+            .ok_or_else(|| EngineError::Boot(format!("compiling the wheelhouse: {line:.80}")))?;
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|e| EngineError::Boot(format!("compiling the wheelhouse: {file}: {e}")))?;
+        zips.push((format!("{file}.pyc.zip"), bytes));
+    }
+    Ok(zips)
+}
+
 /// The sandbox's randomness: ChaCha20 seeded from `seed`, else from the OS. Every host that must
 /// match the V8 host byte for byte (the browser-parity host) draws from this same stream.
 pub fn entropy_source(seed: Option<u64>) -> Result<rand_chacha::ChaCha20Rng, EngineError> {

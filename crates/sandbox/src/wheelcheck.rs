@@ -1,0 +1,223 @@
+//! wheelcheck — reading and checking wheels, shared by build.rs (the wheelhouse: every wheel
+//! pinned with its hash) and the engine (a user's `--wheels` directory). Only std, sha2 and
+//! miniz_oxide: build.rs includes this file as it is.
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub const REQUIREMENTS_FILE: &str = "requirements.txt";
+pub const LOCK_FILE: &str = "wheelhouse-lock.json";
+/// The platform tag of Pyodide 314.0.8's binary wheels (PEP 783).
+pub const PLATFORM_TAG: &str = "pyemscripten_2026_0_wasm32";
+
+/// One wheel that passed the checks.
+pub struct CheckedWheel {
+    pub file: String,
+    pub path: PathBuf,
+    pub sha256: String,
+    /// sha256 of each wasm module (`*.so`) inside it.
+    pub wasm_sha256: Vec<String>,
+}
+
+/// PEP 503's normal form, which wheel file names also reduce to.
+pub fn normalize(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+/// `name==version` and its `--hash=sha256:` from a requirements file (continuation lines joined).
+pub fn pinned(requirements: &Path) -> Result<BTreeMap<String, (String, String)>, String> {
+    let shown = requirements.display();
+    let text = fs::read_to_string(requirements).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let joined = text.replace("\\\n", " ");
+    let mut pins = BTreeMap::new();
+    for line in joined.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let pin = words.next().unwrap_or_default();
+        let (name, version) = pin
+            .split_once("==")
+            .ok_or_else(|| format!("{shown}: {pin:?} is not pinned with =="))?;
+        let hashes: Vec<&str> = words
+            .filter_map(|w| w.strip_prefix("--hash=sha256:"))
+            .collect();
+        let [hash] = hashes[..] else {
+            return Err(format!("{shown}: {name} needs exactly one --hash=sha256:"));
+        };
+        pins.insert(
+            normalize(name),
+            (version.to_owned(), hash.to_ascii_lowercase()),
+        );
+    }
+    Ok(pins)
+}
+
+/// Checks a wheelhouse directory: every wheel `requirements.txt` pins is there with the sha256
+/// it pins, there is no other, and the lock names each with the same hash.
+pub fn check_wheelhouse(dir: &Path) -> Result<Vec<CheckedWheel>, String> {
+    let mut pins = pinned(&dir.join(REQUIREMENTS_FILE))?;
+    let lock_path = dir.join(LOCK_FILE);
+    let lock = fs::read_to_string(&lock_path)
+        .map_err(|e| format!("cannot read {}: {e}", lock_path.display()))?;
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    files.sort();
+    let mut checked = Vec::new();
+    for path in files {
+        let file = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let mut parts = file.splitn(3, '-');
+        let (name, version) = (
+            normalize(parts.next().unwrap_or("")),
+            parts.next().unwrap_or(""),
+        );
+        let Some((want_version, want)) = pins.remove(&name) else {
+            return Err(format!("wheelhouse/{file} is not pinned in wheelhouse/requirements.txt: add it (python3 wheelhouse/lock.py --requirements) or remove it"));
+        };
+        if want_version != version {
+            return Err(format!(
+                "wheelhouse/{file}: requirements.txt pins {name}=={want_version}"
+            ));
+        }
+        let bytes = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let got = sha256_hex(&bytes);
+        if got != want {
+            return Err(format!("wheelhouse/{file} has sha256 {got}, but requirements.txt pins {want}: the wheel was changed or damaged; run wheelhouse/fetch.sh"));
+        }
+        if !lock.contains(&format!("\"sha256\": \"{got}\""))
+            || !lock.contains(&format!("\"file_name\": \"{file}\""))
+        {
+            return Err(format!("wheelhouse/{file} is not in wheelhouse/{LOCK_FILE} with this sha256: run python3 wheelhouse/lock.py"));
+        }
+        let wasm_sha256 = zip_entries(&bytes, |name| name.ends_with(".so"))
+            .map_err(|e| format!("wheelhouse/{file}: {e}"))?
+            .iter()
+            .map(|(_, module)| sha256_hex(module))
+            .collect();
+        checked.push(CheckedWheel {
+            file,
+            path,
+            sha256: got,
+            wasm_sha256,
+        });
+    }
+    if let Some((name, (version, _))) = pins.into_iter().next() {
+        return Err(format!("wheelhouse/requirements.txt pins {name}=={version}, whose wheel is not in wheelhouse/: run wheelhouse/fetch.sh"));
+    }
+    Ok(checked)
+}
+
+/// Why a wheel's file name does not fit Pyodide 314.0.8 (CPython 3.14, emscripten ABI 2026_0),
+/// naming the tags expected; None when it fits.
+pub fn tag_mismatch(file: &str) -> Option<String> {
+    let stem = file.strip_suffix(".whl")?;
+    let parts: Vec<&str> = stem.split('-').collect();
+    if parts.len() < 5 {
+        return Some(format!("{file} is not a wheel file name"));
+    }
+    let (python, abi, platform) = (
+        parts[parts.len() - 3],
+        parts[parts.len() - 2],
+        parts[parts.len() - 1],
+    );
+    let pythons: Vec<&str> = python.split('.').collect();
+    let pure = platform == "any"
+        && abi == "none"
+        && pythons
+            .iter()
+            .any(|p| matches!(*p, "py3" | "py314" | "cp314"));
+    let wasm = platform.split('.').any(|p| p == PLATFORM_TAG)
+        && ((abi == "cp314" && pythons.contains(&"cp314"))
+            || (abi == "abi3" && pythons.iter().any(|p| p.starts_with("cp3")))
+            || (abi == "none" && pythons.contains(&"py3")));
+    if pure || wasm {
+        None
+    } else {
+        Some(format!("{file} is tagged {python}-{abi}-{platform}, which Pyodide 314.0.8 cannot load: a wheel must be py3-none-any or cp314-cp314-{PLATFORM_TAG} (or abi3)"))
+    }
+}
+
+/// The entries of a zip whose names `want` accepts, inflated: (name, bytes). A wheel's `.so`
+/// entries must be wasm modules.
+pub fn zip_entries(
+    zip: &[u8],
+    want: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let bad = || "not a zip file".to_owned();
+    let u16_at = |at: usize| -> Result<usize, String> {
+        zip.get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+            .ok_or_else(bad)
+    };
+    let u32_at = |at: usize| -> Result<usize, String> {
+        zip.get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or_else(bad)
+    };
+    let end = (0..zip.len().saturating_sub(21))
+        .rev()
+        .find(|&i| zip[i..].starts_with(b"PK\x05\x06"))
+        .ok_or("not a zip file (no end of central directory)")?;
+    let (count, mut at) = (u16_at(end + 10)?, u32_at(end + 16)?);
+    let mut found = Vec::new();
+    for _ in 0..count {
+        if !zip.get(at..).is_some_and(|z| z.starts_with(b"PK\x01\x02")) {
+            return Err("a damaged central directory".into());
+        }
+        let (method, size, raw_size) = (u16_at(at + 10)?, u32_at(at + 20)?, u32_at(at + 24)?);
+        let (name_len, extra_len, comment_len) =
+            (u16_at(at + 28)?, u16_at(at + 30)?, u16_at(at + 32)?);
+        let local = u32_at(at + 42)?;
+        let name_bytes = zip.get(at + 46..at + 46 + name_len).ok_or_else(bad)?;
+        let name = String::from_utf8_lossy(name_bytes).into_owned();
+        at += 46 + name_len + extra_len + comment_len;
+        if !want(&name) {
+            continue;
+        }
+        let data_at = local + 30 + u16_at(local + 26)? + u16_at(local + 28)?;
+        let data = zip
+            .get(data_at..data_at + size)
+            .ok_or("an entry past the end")?;
+        let bytes = match method {
+            0 => data.to_vec(),
+            8 => miniz_oxide::inflate::decompress_to_vec(data)
+                .map_err(|e| format!("{name} does not inflate: {e:?}"))?,
+            _ => {
+                return Err(format!(
+                    "{name}: compression method {method} is not supported"
+                ))
+            }
+        };
+        if bytes.len() != raw_size {
+            return Err(format!("{name} is damaged"));
+        }
+        if name.ends_with(".so") && !bytes.starts_with(b"\0asm") {
+            return Err(format!("{name} is not a wasm module"));
+        }
+        found.push((name, bytes));
+    }
+    Ok(found)
+}

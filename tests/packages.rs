@@ -1,0 +1,380 @@
+//! Packages: the wheelhouse (wheelhouse/, embedded by crates/sandbox/build.rs) imports with no
+//! extra call, offline, in both sandbox kinds; what it lacks fails naming it; micropip installs
+//! from it only; its wasm modules, and no others, compile in a ready sandbox; a wheelhouse whose
+//! wheel does not match its pinned hash is refused.
+
+use crate::sandbox::REAL_GLOBAL;
+use crate::util::{cli, execute, json};
+use mcp_code_mode_sandbox::wheelcheck;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn packages_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/packages")
+}
+
+fn wheelhouse_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("wheelhouse")
+}
+
+/// Each script in tests/packages, run in a fresh thread sandbox, prints what its `.out` holds.
+async fn script_prints_what_it_should(name: &str) {
+    let dir = packages_dir();
+    let code = std::fs::read_to_string(dir.join(format!("{name}.py"))).unwrap();
+    let want = std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap();
+    let o = execute(&code).await;
+    assert_eq!(o.error, None, "{name}: {}", o.stderr);
+    assert_eq!(o.stdout, want, "{name}");
+}
+
+#[tokio::test]
+async fn models_dates_and_tables() {
+    script_prints_what_it_should("models_dates_tables").await;
+}
+
+#[tokio::test]
+async fn html_text_and_graphs() {
+    script_prints_what_it_should("html_text_graphs").await;
+}
+
+#[tokio::test]
+async fn math_office_files_and_pdf() {
+    script_prints_what_it_should("math_office_pdf").await;
+}
+
+#[tokio::test]
+async fn binary_formats_sql_and_micropip() {
+    script_prints_what_it_should("binary_formats_sql_micropip").await;
+}
+
+/// Every package in the lock is imported by one of the scripts above: a wheel added to the
+/// wheelhouse needs a line that imports it and does something with it.
+#[test]
+fn every_wheelhouse_package_is_exercised() {
+    let lock: Value = serde_json::from_str(
+        &std::fs::read_to_string(wheelhouse_dir().join(wheelcheck::LOCK_FILE)).unwrap(),
+    )
+    .unwrap();
+    let mut scripts = String::new();
+    for entry in std::fs::read_dir(packages_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "py") {
+            scripts += &std::fs::read_to_string(path).unwrap();
+        }
+    }
+    let imported = |module: &str| {
+        scripts.lines().any(|line| {
+            let line = line.trim_start();
+            let names = line
+                .strip_prefix("import ")
+                .or_else(|| line.strip_prefix("from "))
+                .unwrap_or("");
+            names
+                .split([',', ' '])
+                .any(|n| n.trim() == module || n.trim().starts_with(&format!("{module}.")))
+        })
+    };
+    let packages = lock["packages"].as_object().unwrap();
+    assert!(packages.len() >= 40, "{} packages", packages.len());
+    for (name, entry) in packages {
+        let imports: Vec<&str> = entry["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            imports.iter().any(|m| imported(m)),
+            "no script in tests/packages imports {name} ({imports:?})"
+        );
+    }
+}
+
+/// The forked sandbox (the default) loads the same wheels, wasm modules included, and prints
+/// the same bytes as a thread sandbox.
+#[test]
+fn a_forked_sandbox_imports_wheelhouse_packages_too() {
+    let code = "import pydantic, msgpack, tabulate\nclass M(pydantic.BaseModel):\n    n: int\nprint(M(n='7').n * 6, msgpack.unpackb(msgpack.packb([1, 'a'])))\nprint(tabulate.tabulate([[1]], tablefmt='plain'))";
+    let run = |kind: &str| {
+        let out = cli(&["run", "--json", "--sandbox", kind, "-"], code);
+        let v = json(&out);
+        assert_eq!(v["error"], Value::Null, "{kind}: {v}");
+        v["stdout"].as_str().unwrap().to_owned()
+    };
+    let fork = run("fork");
+    assert_eq!(fork, "42 [1, 'a']\n1\n");
+    assert_eq!(fork, run("thread"));
+}
+
+#[tokio::test]
+async fn a_module_the_wheelhouse_lacks_fails_naming_it() {
+    let o = execute("import numpy").await;
+    let e = o.error.expect("an error");
+    assert_eq!(e.kind, "ModuleNotFoundError");
+    assert!(
+        e.message.contains("No module named 'numpy'")
+            && e.message.contains("wheelhouse")
+            && e.message.contains("--wheels DIR"),
+        "{}",
+        e.message
+    );
+    // A script that handles the error itself sees an ordinary ModuleNotFoundError, and probing
+    // for an optional module finds nothing, as everywhere.
+    let o = execute("import importlib.util\ntry:\n    import not_a_package\nexcept ImportError as e:\n    print(type(e).__name__, e.name)\nimportlib.util.find_spec('numpy') is None").await;
+    assert_eq!(o.error, None);
+    assert_eq!(o.stdout, "ModuleNotFoundError not_a_package\n");
+    assert_eq!(o.result, serde_json::json!(true));
+}
+
+#[tokio::test]
+async fn micropip_installs_from_the_wheelhouse_only_and_says_why_not() {
+    let o = execute(
+        "import micropip\nawait micropip.install(['tabulate', 'humanize>=4'])\nimport tabulate, humanize\n\
+         out = []\nfor req in ['numpy', 'pydantic<1', 'not a requirement!']:\n    try:\n        await micropip.install(req)\n        out.append('installed?')\n    except ValueError as e:\n        out.append(str(e))\nout",
+    )
+    .await;
+    assert_eq!(o.error, None, "{}", o.stderr);
+    let out: Vec<String> = serde_json::from_value(o.result).unwrap();
+    assert!(
+        out[0].contains("numpy is not in the wheelhouse") && out[0].contains("--wheels DIR"),
+        "{out:?}"
+    );
+    assert!(out[1].contains("the wheelhouse has pydantic 2."), "{out:?}");
+    assert!(
+        out[2].starts_with("micropip.install('not a requirement!')"),
+        "{out:?}"
+    );
+}
+
+/// A ready sandbox compiles the wasm modules of the wheelhouse's packages (byte for byte) and
+/// nothing else: not a module of the script's own, not a wheel's module with one byte changed.
+#[tokio::test]
+async fn only_the_wheelhouse_wasm_modules_compile() {
+    let code = format!(
+        "{REAL_GLOBAL}\nimport msgpack, glob\nfrom pyodide.ffi import to_js\n\
+         so = open(glob.glob('/lib/python3.14/site-packages/msgpack/*.so')[0], 'rb').read()\n\
+         out = [type(g.WebAssembly.Module.new(to_js(so))).__name__]\n\
+         for bytes_ in [so[:-1] + bytes([so[-1] ^ 1]), bytes([0, 97, 115, 109, 1, 0, 0, 0])]:\n    \
+         try:\n        g.WebAssembly.Module.new(to_js(bytes_))\n        out.append('compiled')\n    \
+         except Exception as e:\n        out.append('refused' if 'disallowed by embedder' in str(e) else str(e))\nout"
+    );
+    let o = execute(&code).await;
+    assert_eq!(o.error, None, "{}", o.stderr);
+    assert_eq!(
+        o.result,
+        serde_json::json!(["JsProxy", "refused", "refused"])
+    );
+}
+
+/// A copy of the wheelhouse for a check to fail on.
+fn wheelhouse_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(wheelhouse_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_wheelhouse_checks_pass_and_a_tampered_wheel_is_refused() {
+    let checked = wheelcheck::check_wheelhouse(&wheelhouse_dir()).expect("the wheelhouse passes");
+    assert!(checked.iter().any(|w| !w.wasm_sha256.is_empty()));
+    let copy = wheelhouse_copy();
+    let dir = copy.path();
+    let wheel = dir.join("tabulate-0.10.0-py3-none-any.whl");
+    let mut bytes = std::fs::read(&wheel).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&wheel, &bytes).unwrap();
+    let err = wheelcheck::check_wheelhouse(dir)
+        .err()
+        .expect("a tampered wheel is refused");
+    assert!(
+        err.contains("tabulate-0.10.0-py3-none-any.whl has sha256")
+            && err.contains("requirements.txt pins"),
+        "{err}"
+    );
+    std::fs::remove_file(&wheel).unwrap();
+    let err = wheelcheck::check_wheelhouse(dir)
+        .err()
+        .expect("a missing wheel is refused");
+    assert!(
+        err.contains("pins tabulate==0.10.0, whose wheel is not in"),
+        "{err}"
+    );
+    std::fs::write(dir.join("extra-1.0-py3-none-any.whl"), b"PK").unwrap();
+    let err = wheelcheck::check_wheelhouse(dir)
+        .err()
+        .expect("an unpinned wheel is refused");
+    assert!(
+        err.contains("extra-1.0-py3-none-any.whl is not pinned"),
+        "{err}"
+    );
+}
+
+/// A user's wheel directory: a pure wheel of one's own (needing a wheelhouse package) imports in
+/// both sandbox kinds, also preloaded; a wheel for another ABI, or one posing as Pyodide's own
+/// build with other bytes, stops start-up naming what was expected.
+#[test]
+fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    std::fs::create_dir(&good).unwrap();
+    let wheel = |path: &Path| {
+        let file = std::fs::File::create(path).unwrap();
+        let mut zip = zip_writer(file);
+        zip("hello_pkg/__init__.py", "import tabulate\ndef table(rows):\n    return tabulate.tabulate(rows, tablefmt='plain')\n");
+        zip("hello_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hello-pkg\nVersion: 1.0\nRequires-Dist: tabulate\nRequires-Dist: numpy; extra == 'np'\n\n");
+        zip("", "");
+    };
+    wheel(&good.join("hello_pkg-1.0-py3-none-any.whl"));
+    let good_dir = good.to_str().unwrap();
+    for kind in ["fork", "thread"] {
+        let out = cli(
+            &[
+                "run",
+                "--json",
+                "--sandbox",
+                kind,
+                "--wheels",
+                good_dir,
+                "-",
+            ],
+            "import hello_pkg\nprint(hello_pkg.table([[1, 2]]))",
+        );
+        assert_eq!(json(&out)["stdout"], "1  2\n", "{kind}: {}", json(&out));
+        let out = cli(
+            &[
+                "run",
+                "--json",
+                "--sandbox",
+                kind,
+                "--wheels",
+                good_dir,
+                "--preload",
+                "hello-pkg",
+                "-",
+            ],
+            "import sys\nprint(sorted(m for m in ('hello_pkg', 'tabulate') if m in sys.modules))",
+        );
+        assert_eq!(
+            json(&out)["stdout"],
+            "['hello_pkg', 'tabulate']\n",
+            "{kind}: {}",
+            json(&out)
+        );
+    }
+    // The same through the config file's "packages" (a directory relative to the file).
+    let config = dir.path().join("config.json");
+    std::fs::File::create(&config)
+        .unwrap()
+        .write_all(br#"{"servers": {}, "packages": {"wheels": "good", "preload": ["hello-pkg"]}}"#)
+        .unwrap();
+    let out = cli(
+        &["run", "--json", "--config", config.to_str().unwrap(), "-"],
+        "import sys\nprint('hello_pkg' in sys.modules)",
+    );
+    assert_eq!(json(&out)["stdout"], "True\n", "{}", json(&out));
+
+    let refused = |name: &str, want: &[&str]| {
+        let bad = dir.path().join(format!("bad-{name}"));
+        std::fs::create_dir(&bad).unwrap();
+        wheel(&bad.join(name));
+        let out = cli(&["run", "--wheels", bad.to_str().unwrap(), "-"], "1");
+        let stderr = crate::util::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        for w in want {
+            assert!(stderr.contains(w), "{name}: {stderr}");
+        }
+    };
+    refused(
+        "hello_pkg-1.0-cp311-cp311-manylinux_2_17_x86_64.whl",
+        &[
+            "is tagged cp311-cp311-manylinux_2_17_x86_64",
+            "cp314-cp314-pyemscripten_2026_0_wasm32",
+        ],
+    );
+    refused(
+        "numpy-2.4.6-cp314-cp314-pyemscripten_2026_0_wasm32.whl",
+        &["pyodide-lock.json pins a292c1f5", "not Pyodide's own build"],
+    );
+    let out = cli(
+        &["run", "--wheels", good_dir, "--preload", "nonesuch", "-"],
+        "1",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(crate::util::text(&out.stderr).contains("preload: no package \"nonesuch\""));
+}
+
+/// A minimal zip writer (stored entries) for the test's wheels; an empty name finishes the file.
+fn zip_writer(mut file: std::fs::File) -> impl FnMut(&str, &str) {
+    use std::io::Write;
+    let mut central = Vec::new();
+    let mut offset = 0u32;
+    let mut count = 0u16;
+    move |name: &str, text: &str| {
+        if name.is_empty() {
+            let size = central.len() as u32;
+            file.write_all(&central).unwrap();
+            let mut end = b"PK\x05\x06\0\0\0\0".to_vec();
+            end.extend_from_slice(&count.to_le_bytes());
+            end.extend_from_slice(&count.to_le_bytes());
+            end.extend_from_slice(&size.to_le_bytes());
+            end.extend_from_slice(&offset.to_le_bytes());
+            end.extend_from_slice(&[0, 0]);
+            file.write_all(&end).unwrap();
+            return;
+        }
+        let crc = crc32(text.as_bytes());
+        let (n, len) = (name.len() as u16, text.len() as u32);
+        let mut local = b"PK\x03\x04\x14\0\0\0\0\0\0\0\0\0".to_vec();
+        local.extend_from_slice(&crc.to_le_bytes());
+        local.extend_from_slice(&len.to_le_bytes());
+        local.extend_from_slice(&len.to_le_bytes());
+        local.extend_from_slice(&n.to_le_bytes());
+        local.extend_from_slice(&[0, 0]);
+        local.extend_from_slice(name.as_bytes());
+        file.write_all(&local).unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        let mut entry = b"PK\x01\x02\x14\0\x14\0\0\0\0\0\0\0\0\0".to_vec();
+        entry.extend_from_slice(&crc.to_le_bytes());
+        entry.extend_from_slice(&len.to_le_bytes());
+        entry.extend_from_slice(&len.to_le_bytes());
+        entry.extend_from_slice(&n.to_le_bytes());
+        entry.extend_from_slice(&[0; 12]);
+        entry.extend_from_slice(&offset.to_le_bytes());
+        entry.extend_from_slice(name.as_bytes());
+        central.extend_from_slice(&entry);
+        offset += local.len() as u32 + len;
+        count += 1;
+    }
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// `serve` and `run` install the bytecode build.rs compiled with each wheel (the sandbox never
+/// writes bytecode itself, so a .pyc there came with the package), tests left out.
+#[test]
+fn packages_come_with_their_bytecode() {
+    let code = "import os, sympy, tabulate\nimport sympy.core.tests\n\
+                print([os.path.exists(m.__cached__) for m in (tabulate, sympy, sympy.core.tests)])";
+    for kind in ["fork", "thread"] {
+        let v = json(&cli(&["run", "--json", "--sandbox", kind, "-"], code));
+        assert_eq!(v["stdout"], "[True, True, False]\n", "{kind}: {v}");
+    }
+}
