@@ -228,6 +228,26 @@ fn a_package_only_on_the_host_imports() {
     // The sandbox cannot: the test tells the two executors apart.
     let out = cli_env(&["run", "--json", "-"], &[("PYTHONPATH", path)], code);
     assert_eq!(json(&out)["error"]["type"], "ModuleNotFoundError");
+    // A module the host lacks is the host's plain error: the sandbox's wheelhouse plays no part.
+    let (report, _) = run("import no_such_module_here", &[]);
+    assert_eq!(report["error"]["type"], "ModuleNotFoundError", "{report}");
+    assert!(
+        !report["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("wheelhouse"),
+        "{report}"
+    );
+    let out = cli(
+        &["run", "--executor", "local", "--wheels", "/tmp", "-"],
+        "1",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--wheels applies only to the sandbox"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
