@@ -1,6 +1,6 @@
 //! wheelcheck — reading and checking wheels, shared by build.rs (the wheelhouse: every wheel
-//! pinned with its hash) and the engine (a user's `--wheels` directory). Only std, sha2 and
-//! miniz_oxide: build.rs includes this file as it is.
+//! pinned with its hash) and the engine (a user's `--wheels` directory). Only std, sha2,
+//! miniz_oxide and wasmparser: build.rs includes this file as it is.
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -112,8 +112,12 @@ pub fn check_wheelhouse(dir: &Path) -> Result<Vec<CheckedWheel>, String> {
         {
             return Err(format!("wheelhouse/{file} is not in wheelhouse/{LOCK_FILE} with this sha256: run python3 wheelhouse/lock.py"));
         }
-        let wasm_sha256 = zip_entries(&bytes, |name| name.ends_with(".so"))
-            .map_err(|e| format!("wheelhouse/{file}: {e}"))?
+        let modules = zip_entries(&bytes, |name| name.ends_with(".so"))
+            .map_err(|e| format!("wheelhouse/{file}: {e}"))?;
+        for (name, module) in &modules {
+            check_growth(module).map_err(|e| format!("wheelhouse/{file}: {name}: {e}"))?;
+        }
+        let wasm_sha256 = modules
             .iter()
             .map(|(_, module)| sha256_hex(module))
             .collect();
@@ -220,4 +224,68 @@ pub fn zip_entries(
         found.push((name, bytes));
     }
     Ok(found)
+}
+
+/// Refuses a wasm module that grows a memory or a table with its own instructions. The sandbox
+/// charges growth to the script's memory budget where it goes through JavaScript
+/// (`WebAssembly.Memory.prototype.grow`, which Emscripten's `emscripten_resize_heap` calls); a raw
+/// `memory.grow` or `table.grow` in a side module would grow the shared memory or a table past
+/// that count.
+pub fn check_growth(module: &[u8]) -> Result<(), String> {
+    use wasmparser::{Operator, Parser, Payload};
+    for payload in Parser::new(0).parse_all(module) {
+        let payload = payload.map_err(|e| format!("not a readable wasm module: {e}"))?;
+        let Payload::CodeSectionEntry(body) = payload else {
+            continue;
+        };
+        let mut operators = body
+            .get_operators_reader()
+            .map_err(|e| format!("not a readable wasm module: {e}"))?;
+        while !operators.eof() {
+            let operator = operators
+                .read()
+                .map_err(|e| format!("not a readable wasm module: {e}"))?;
+            if let Operator::MemoryGrow { .. } | Operator::TableGrow { .. } = operator {
+                return Err(format!(
+                    "its code grows memory itself ({operator:?} at byte {}), which the sandbox's \
+                     memory limit would not count: such modules are not loaded",
+                    operators.original_position()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_growth;
+
+    /// A module with one memory and one function whose body is `body` (locals count first).
+    fn module(body: &[u8]) -> Vec<u8> {
+        let mut m = b"\0asm\x01\0\0\0".to_vec();
+        m.extend([0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7f]); // type: () -> i32
+        m.extend([0x03, 0x02, 0x01, 0x00]); // one function of that type
+        m.extend([0x05, 0x03, 0x01, 0x00, 0x01]); // one memory, 1 page
+        let size = body.len() as u8;
+        m.extend([0x0a, size + 2, 0x01, size]);
+        m.extend(body);
+        m
+    }
+
+    #[test]
+    fn a_module_that_grows_memory_itself_is_refused() {
+        // i32.const 1; memory.grow 0; end
+        let e = check_growth(&module(&[0x00, 0x41, 0x01, 0x40, 0x00, 0x0b])).unwrap_err();
+        assert!(e.contains("MemoryGrow") && e.contains("not loaded"), "{e}");
+        // ref.null func; i32.const 1; table.grow 0; end
+        let e = check_growth(&module(&[
+            0x00, 0xd0, 0x70, 0x41, 0x01, 0xfc, 0x0f, 0x00, 0x0b,
+        ]))
+        .unwrap_err();
+        assert!(e.contains("TableGrow"), "{e}");
+        // memory.size 0; end: reading memory's size is fine.
+        check_growth(&module(&[0x00, 0x3f, 0x00, 0x0b])).unwrap();
+        assert!(check_growth(b"\0asm\x01\0\0\0\x0a\xff").is_err());
+    }
 }

@@ -147,9 +147,12 @@ impl Wheelhouse {
                     None => user_entry(&file, &bytes, sha256)
                         .map_err(|e| format!("--wheels {}: {file}: {e}", dir.display()))?,
                 };
-                for (_, module) in wheelcheck::zip_entries(&bytes, |n| n.ends_with(".so"))
+                for (module_name, module) in wheelcheck::zip_entries(&bytes, |n| n.ends_with(".so"))
                     .map_err(|e| format!("--wheels {}: {file}: {e}", dir.display()))?
                 {
+                    wheelcheck::check_growth(&module).map_err(|e| {
+                        format!("--wheels {}: {file}: {module_name}: {e}", dir.display())
+                    })?;
                     house.wasm.insert(wheelcheck::sha256_hex(&module));
                 }
                 let name = entry["name"].as_str().unwrap_or_default().to_owned();
