@@ -166,6 +166,23 @@ async fn only_the_wheelhouse_wasm_modules_compile() {
     );
 }
 
+/// Compiling a wheelhouse module again hands back the one compiled already: a script that asks
+/// for it hundreds of times and keeps every answer holds one module's memory, not hundreds the
+/// memory budget would not see (a module's code and bytes live outside V8's heap).
+#[tokio::test]
+async fn a_wheelhouse_module_compiled_again_is_the_same_module() {
+    let code = format!(
+        "{REAL_GLOBAL}\nimport msgpack, glob\nfrom pyodide.ffi import to_js\n\
+         so = to_js(open(glob.glob('/lib/python3.14/site-packages/msgpack/*.so')[0], 'rb').read())\n\
+         kept = [g.WebAssembly.Module.new(so) for _ in range(300)]\n\
+         same = getattr(g.Object, 'is')\n\
+         [all(same(kept[0], m) for m in kept), len(kept)]"
+    );
+    let o = execute(&code).await;
+    assert_eq!(o.error, None, "{}", o.stderr);
+    assert_eq!(o.result, serde_json::json!([true, 300]));
+}
+
 /// A copy of the wheelhouse for a check to fail on.
 fn wheelhouse_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -560,27 +560,51 @@ fn op_wheels_fill(#[buffer] name: &[u8], #[buffer] dest: &mut [u8]) -> bool {
 
 /// Compiles `bytes` if they are exactly one of the wheelhouse's wasm modules (its sha256 is
 /// listed); anything else is undefined, and V8 refuses to compile it (the sandbox is ready). The
-/// module is checked and compiled from one host-side copy (charged to the budget), so nothing can
-/// change the bytes between the check and the compile.
+/// module is checked and compiled from one host-side copy, so nothing can change the bytes between
+/// the check and the compile. Each listed module is compiled at most once per sandbox and the same
+/// module object handed out again (a module is stateless; instances are charged as they are made),
+/// its size charged to the budget for good: a script that asks for it a thousand times holds one
+/// compiled module, not a thousand the budget would not see.
 #[op2]
 fn op_wasm_compile_listed<'s>(
     scope: &mut v8::PinScope<'s, '_>,
     state: &mut OpState,
     #[anybuffer] bytes: &[u8],
 ) -> v8::Local<'s, v8::Value> {
+    use sha2::Digest;
+    let hash: [u8; 32] = sha2::Sha256::digest(bytes).into();
+    if let Some(module) = state
+        .try_borrow::<ListedModules>()
+        .and_then(|m| m.0.get(&hash))
+    {
+        return v8::Local::new(scope, module).into();
+    }
     let budget = state.borrow::<Memory>().0.clone();
-    let Some(_held) = budget.reserve(bytes.len()) else {
+    if !budget.try_charge(bytes.len()) {
         return v8::undefined(scope).into();
-    };
+    }
     let copy = bytes.to_vec();
     if !crate::wheels::wheelhouse().wasm_listed(&copy) {
+        budget.release(copy.len());
         return v8::undefined(scope).into();
     }
     COMPILING_LISTED.with(|c| c.set(true));
     let module = v8::WasmModuleObject::compile(scope, &copy);
     COMPILING_LISTED.with(|c| c.set(false));
-    match module {
-        Some(module) => module.into(),
-        None => v8::undefined(scope).into(),
+    let Some(module) = module else {
+        budget.release(copy.len());
+        return v8::undefined(scope).into();
+    };
+    if !state.has::<ListedModules>() {
+        state.put(ListedModules::default());
     }
+    state
+        .borrow_mut::<ListedModules>()
+        .0
+        .insert(hash, v8::Global::new(scope, module));
+    module.into()
 }
+
+/// The wheelhouse modules a sandbox has compiled, by sha256 (see `op_wasm_compile_listed`).
+#[derive(Default)]
+struct ListedModules(std::collections::HashMap<[u8; 32], v8::Global<v8::WasmModuleObject>>);
