@@ -61,6 +61,9 @@ struct ZygoteArgs {
     packages: PackageArgs,
     #[arg(long = "no-snapshot")]
     no_snapshot: bool,
+    /// No warm-up rounds between forks (`run` forks one child and is done).
+    #[arg(long = "no-warm-up")]
+    no_warm_up: bool,
 }
 
 /// Where each execution's sandbox runs.
@@ -251,6 +254,9 @@ fn sandboxes(
             ];
             if no_snapshot {
                 args.push("--no-snapshot".into());
+            }
+            if ahead_of_demand.is_none() {
+                args.push("--no-warm-up".into());
             }
             packages.zygote_args(&mut args);
             Pool::forks(
@@ -532,6 +538,7 @@ fn main() -> ExitCode {
             limits: args.limits.limits(),
             // Restored once: a copy of its own, freed once restored (see assets::snapshot_once).
             snapshot: (!args.no_snapshot).then(mcp_code_mode::assets::snapshot_once),
+            warm_up: !args.no_warm_up,
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -777,9 +784,9 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
         code: code.clone(),
     });
 
-    // The local executor restores no snapshot: none is inflated for it.
-    let restore = local
-        .is_none()
+    // Only a thread sandbox restores the snapshot in this process: the zygote inflates its own,
+    // and the local executor restores none.
+    let restore = (local.is_none() && args.sandbox.sandbox == SandboxKind::Thread)
         .then(|| snapshot(args.no_snapshot))
         .flatten();
     let sandboxes = sandboxes(
