@@ -363,7 +363,8 @@ async def check_limits(client, data, tmp):
     expect(isinstance(report["result"], str) and len(report["result"]) < 20_000
            and report["result"].endswith("more bytes)"), report["result"][-300:])
     [cut] = report["truncated"]
-    whole = json.loads((await client.read_resource(cut["uri"])).contents[0].text)
+    pages = [(await client.read_resource(f"{cut['uri']}?page={n}")).contents[0].text for n in range(1, cut["pages"] + 1)]
+    whole = json.loads("".join(pages))
     expect(isinstance(whole, str) and len(whole) < 1_100_000
            and "[mcp-code-mode: result truncated: its JSON is 5000002 bytes" in whole, whole[-300:])
 
