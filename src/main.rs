@@ -403,6 +403,12 @@ impl DataArgs {
             },
         };
         anyhow::ensure!(
+            options.max_files_bytes <= mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES,
+            "--max-files-bytes ({}) is more than {}, the most a script may be given",
+            options.max_files_bytes,
+            mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES
+        );
+        anyhow::ensure!(
             options.max_file_bytes <= options.max_files_bytes,
             "--max-file-bytes ({}) is more than --max-files-bytes ({}), the most all files of a call may have",
             options.max_file_bytes,
@@ -822,6 +828,12 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|input| read_input(input))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let input_bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
+    anyhow::ensure!(
+        input_bytes <= mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES,
+        "--input: the files come to {input_bytes} bytes, more than the {} a script may be given",
+        mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES
+    );
     if let Some(path) = &args.record {
         let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
         if folder.is_some_and(|f| !f.is_dir()) {

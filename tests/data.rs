@@ -118,3 +118,28 @@ fn run_takes_inputs_and_saves_outputs() {
 fn http_sessionless() {
     check("http", "thread", "auto");
 }
+
+#[test]
+fn the_local_executor_refuses_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "x").unwrap();
+    let out = cli(
+        &[
+            "run",
+            "-",
+            "--executor",
+            "local",
+            "--input",
+            input.to_str().unwrap(),
+        ],
+        "print('ran')",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("ran"));
+    assert!(
+        text(&out.stderr).contains("files= needs the sandbox"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// The directory, inside the sandbox, whose files come back with the outcome.
 pub const OUTPUT_DIR: &str = "/output";
 
+/// The most a job's files may come to in all, whatever the caller's own caps: a forked child reads
+/// its job (files as base64) under a 64 MiB frame limit.
+pub const MAX_JOB_FILES_BYTES: usize = 32 << 20;
+
 /// A file placed in the script's working directory before it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputFile {
