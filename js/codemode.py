@@ -634,14 +634,85 @@ def _is_host_path(path):
     return not os.path.exists(top) or top in ("/etc", "/Users", "/root", "/var", "/srv", "/mnt", "/opt")
 
 
+# ---------------------------------------------------------------------------------------------
+# files in (the job's, into the working directory) and out (what the script leaves in /output/)
+
+OUTPUT_DIR = "/output"
+
+# What earlier jobs in this sandbox returned from OUTPUT_DIR: path -> sha256. A later job returns
+# only the files it created or changed.
+_RETURNED = {}
+
+
+def _place_files(job):
+    """Writes the job's files (names checked by the host) into the working directory."""
+    import base64
+    import os
+
+    for entry in job.pop("files", None) or []:
+        path = entry["path"]
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(entry.pop("base64")))
+    if SANDBOXED and job.get("outputs"):
+        os.makedirs(OUTPUT_DIR, exist_ok=True)
+
+
+def _collect_outputs(limits):
+    """The files under OUTPUT_DIR this job created or changed, as far as `limits` allow
+    ({max_files, max_file_bytes, max_total_bytes}), and those left out with why (`file`: too
+    large; `total`: past the total; `count`: past the count). The host checks all of it again."""
+    import base64
+    import hashlib
+    import os
+
+    returned, skipped, total = [], [], 0
+    if not os.path.isdir(OUTPUT_DIR):
+        return returned, skipped
+    paths = []
+    for folder, dirs, names in os.walk(OUTPUT_DIR):
+        dirs.sort()
+        paths += [os.path.join(folder, n) for n in sorted(names)]
+    for full in paths:
+        if os.path.islink(full) or not os.path.isfile(full):
+            continue
+        path = os.path.relpath(full, OUTPUT_DIR)
+        size = os.path.getsize(full)
+        if size > limits["max_file_bytes"]:
+            skipped.append({"path": path, "size": size, "why": "file"})
+            continue
+        with open(full, "rb") as f:
+            data = f.read()
+        digest = hashlib.sha256(data).digest()
+        if _RETURNED.get(path) == digest:
+            continue
+        if len(returned) >= limits["max_files"]:
+            skipped.append({"path": path, "size": len(data), "why": "count"})
+        elif total + len(data) > limits["max_total_bytes"]:
+            skipped.append({"path": path, "size": len(data), "why": "total"})
+        else:
+            total += len(data)
+            returned.append({"path": path, "base64": base64.b64encode(data).decode("ascii")})
+            _RETURNED[path] = digest
+    return returned, skipped
+
+
 async def run_job(job_json):
     job = json.loads(job_json)
+    del job_json  # the caller's copy is gone too: the files' base64 is held once, in `job`
     code, filename = job["code"], job.get("filename") or "<script>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    outcome = {"result": None, "error": None, "exit_code": 0}
+    try:
+        _place_files(job)
+    except BaseException as e:
+        outcome["error"] = {"type": type(e).__name__, "message": f"could not place the job's files: {e}", "traceback": ""}
+        return json.dumps(outcome)
     # Read at job start, not at boot: a pre-booted sandbox must see the catalogue as it is now.
     tools = _Tools(json.loads(_host().catalog_json()))
     namespace = {"__name__": "__main__", "__builtins__": builtins, "tools": tools, "ToolError": ToolError}
-    outcome = {"result": None, "error": None, "exit_code": 0}
     sys.stdout.reconfigure(line_buffering=True)  # what was printed before a timeout is not lost
     try:
         value = await eval_code_async(code, namespace, filename=filename, return_mode="last_expr")
@@ -659,4 +730,9 @@ async def run_job(job_json):
                 stream.flush()
             except Exception:
                 pass
+    if SANDBOXED and job.get("outputs"):
+        try:
+            outcome["outputs"], outcome["outputs_skipped"] = _collect_outputs(job["outputs"])
+        except Exception as e:  # a full memory must not lose the rest of the outcome
+            outcome["outputs_skipped"] = [{"path": "", "why": f"could not read it: {type(e).__name__}: {e}"}]
     return json.dumps(outcome)

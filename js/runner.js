@@ -145,15 +145,17 @@ export async function warmRound(pyodide) {
 }
 
 /**
- * Runs one job ({code, filename}) through runPythonAsync, so that tool calls can use JSPI's
+ * Runs one job ({code, filename, files?, outputs?}) through runPythonAsync, so that tool calls can use JSPI's
  * run_sync. Returns the outcome JSON produced by codemode.run_job: {result, error, exit_code}.
  */
 export async function runJob(pyodide, job) {
   // A sandbox copied from one already booted (a forked child) draws fresh `random` state first.
   if (job.reseed) pyodide.runPython("import codemode\ncodemode.reseed()");
   pyodide.globals.set("__codemode_job", JSON.stringify(job));
+  // The job's files (base64) are held once, by Python, until they are written out.
+  delete job.files;
   return await pyodide.runPythonAsync(
-    "import codemode\nawait codemode.run_job(__codemode_job)",
+    "import codemode\nawait codemode.run_job(globals().pop('__codemode_job'))",
     { filename: "<codemode-entry>" },
   );
 }

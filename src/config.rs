@@ -50,7 +50,7 @@ pub fn parse_timeout(s: &str) -> Result<f64, String> {
 }
 
 /// Top-level keys besides the servers' object.
-const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals", "packages"];
+const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals", "packages", "data"];
 
 const KNOWN_FIELDS: &[&str] = &[
     "command",
@@ -83,6 +83,69 @@ pub struct Config {
     pub python: Option<PathBuf>,
     /// `"packages": {"wheels": DIR, "preload": [...]}` (DIR relative to the file).
     pub packages: Packages,
+    /// `"data"`: execute_code's files in and out and what executions leave, each setting as its
+    /// serve flag's (`"max_file_bytes"` is `--max-file-bytes`); a flag given wins.
+    pub data: DataSettings,
+}
+
+/// The `"data"` settings given in the file (None: not given).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DataSettings {
+    pub max_file_bytes: Option<u64>,
+    pub max_files_bytes: Option<u64>,
+    pub max_output_files: Option<u64>,
+    pub inline_bytes: Option<u64>,
+    pub keep_runs_s: Option<f64>,
+    pub keep_runs_mb: Option<u64>,
+}
+
+/// The keys of `"data"`: each is the serve flag of the same name (`_` for `-`).
+pub const DATA_KEYS: [&str; 6] = [
+    "max_file_bytes",
+    "max_files_bytes",
+    "max_output_files",
+    "inline_bytes",
+    "keep_runs_s",
+    "keep_runs_mb",
+];
+
+fn parse_data(value: &Value) -> Result<DataSettings, String> {
+    let Value::Object(fields) = value else {
+        return Err(format!(
+            "\"data\" must be an object such as {{\"max_file_bytes\": 8388608, \"keep_runs_s\": 3600}}, got {}",
+            kind(value)
+        ));
+    };
+    let mut data = DataSettings::default();
+    for (field, value) in fields.iter().filter(|(k, _)| !is_comment(k)) {
+        if field == "keep_runs_s" {
+            let seconds = value.as_f64().filter(|s| *s > 0.0 && s.is_finite());
+            data.keep_runs_s = Some(seconds.ok_or_else(|| {
+                format!(
+                    "\"data\": \"keep_runs_s\" must be a number of seconds above 0, got {value}"
+                )
+            })?);
+            continue;
+        }
+        let number = value.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+            format!("\"data\": \"{field}\" must be a whole number above 0, got {value}")
+        });
+        let slot = match field.as_str() {
+            "max_file_bytes" => &mut data.max_file_bytes,
+            "max_files_bytes" => &mut data.max_files_bytes,
+            "max_output_files" => &mut data.max_output_files,
+            "inline_bytes" => &mut data.inline_bytes,
+            "keep_runs_mb" => &mut data.keep_runs_mb,
+            _ => {
+                return Err(format!(
+                    "\"data\": unknown field \"{field}\" (expected {})",
+                    DATA_KEYS.map(|k| format!("\"{k}\"")).join(", ")
+                ))
+            }
+        };
+        *slot = Some(number?);
+    }
+    Ok(data)
 }
 
 /// Where scripts run.
@@ -318,7 +381,7 @@ pub fn load_with_env(
         .filter(|k| *k != key && !is_comment(k) && !TOP_LEVEL_SETTINGS.contains(&k.as_str()))
     {
         tracing::warn!(
-            "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\", \"python\", \"approvals\" and \"packages\")",
+            "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\", \"python\", \"approvals\", \"packages\" and \"data\")",
             path.display()
         );
     }
@@ -394,6 +457,10 @@ pub fn load_with_env(
         None => Packages::default(),
         Some(value) => parse_packages(value, &base_dir).map_err(file_error)?,
     };
+    let data = match root.get("data") {
+        None => DataSettings::default(),
+        Some(value) => parse_data(value).map_err(file_error)?,
+    };
     Ok(Config {
         path: path.to_path_buf(),
         servers: parsed,
@@ -401,6 +468,7 @@ pub fn load_with_env(
         python,
         approvals,
         packages,
+        data,
     })
 }
 
@@ -1183,7 +1251,7 @@ fn unescape_double(s: &str) -> String {
 }
 
 /// A JSON value's kind with its article, for "expected X, got a number".
-fn kind(value: &Value) -> &'static str {
+pub fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -12,7 +12,7 @@ use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, SandboxConfig, Snapshot,
 use mcp_code_mode::hub::Hub;
 use mcp_code_mode::local::LocalPython;
 use mcp_code_mode::replay::{self, Cassette, MatchMode, Player, Recorder, Redactor};
-use mcp_code_mode::server::ServeOptions;
+use mcp_code_mode::server::{DataOptions, ServeOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -327,7 +327,101 @@ struct ServeArgs {
     #[arg(long = "approve-all")]
     approve_all: bool,
     #[command(flatten)]
+    data: DataArgs,
+    #[command(flatten)]
     http: HttpArgs,
+}
+
+/// execute_code's files in and out, and what executions leave (also the config's `"data"`,
+/// whose keys are these flags' names with `_`; a flag given here wins).
+#[derive(Args)]
+struct DataArgs {
+    /// The most one file may have: one of execute_code's `files`, or one returned from /output/.
+    #[arg(long = "max-file-bytes", default_value_t = DataOptions::default().max_file_bytes as u64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_file_bytes: u64,
+    /// The most all files of one call may have together: those in, and those returned.
+    #[arg(long = "max-files-bytes", default_value_t = DataOptions::default().max_files_bytes as u64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_files_bytes: u64,
+    /// The most files one call returns from /output/.
+    #[arg(long = "max-output-files", default_value_t = DataOptions::default().max_output_files as u64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_output_files: u64,
+    /// stdout, stderr or a result's JSON longer than this comes back cut (a result keeps its
+    /// shape), with a resource link to the whole.
+    #[arg(long = "inline-bytes", default_value_t = DataOptions::default().inline_bytes as u64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(256..))]
+    inline_bytes: u64,
+    /// Seconds what an execution leaves (its /output/ files, a cut stdout's whole) is kept.
+    #[arg(long = "keep-runs-s", default_value_t = DataOptions::default().keep.time.as_secs_f64(), value_name = "SECONDS", value_parser = config::parse_timeout)]
+    keep_runs_s: f64,
+    /// MiB of what executions leave kept in all; past it the oldest runs go first.
+    #[arg(long = "keep-runs-mb", default_value_t = (DataOptions::default().keep.bytes >> 20) as u64, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    keep_runs_mb: u64,
+    /// Which of these were given on the command line (they win over the config's "data").
+    #[arg(skip)]
+    given: Vec<&'static str>,
+}
+
+impl DataArgs {
+    /// Notes which flags `matches` holds from the command line.
+    fn note_given(&mut self, matches: &ArgMatches) {
+        self.given = config::DATA_KEYS
+            .into_iter()
+            .filter(|id| {
+                matches
+                    .try_get_raw(id)
+                    .is_ok_and(|_| matches.value_source(id) == Some(ValueSource::CommandLine))
+            })
+            .collect();
+    }
+
+    /// The flags, else the config's "data", else the defaults.
+    fn options(&self, config: Option<&Config>) -> anyhow::Result<DataOptions> {
+        let file = config.map(|c| c.data).unwrap_or_default();
+        let pick = |id: &str, flag: u64, from_file: Option<u64>| -> usize {
+            let value = if self.given.contains(&id) {
+                flag
+            } else {
+                from_file.unwrap_or(flag)
+            };
+            usize::try_from(value).unwrap_or(usize::MAX)
+        };
+        let keep_s = if self.given.contains(&"keep_runs_s") {
+            self.keep_runs_s
+        } else {
+            file.keep_runs_s.unwrap_or(self.keep_runs_s)
+        };
+        let options = DataOptions {
+            max_file_bytes: pick("max_file_bytes", self.max_file_bytes, file.max_file_bytes),
+            max_files_bytes: pick(
+                "max_files_bytes",
+                self.max_files_bytes,
+                file.max_files_bytes,
+            ),
+            max_output_files: pick(
+                "max_output_files",
+                self.max_output_files,
+                file.max_output_files,
+            ),
+            inline_bytes: pick("inline_bytes", self.inline_bytes, file.inline_bytes),
+            keep: mcp_code_mode::server::runs::Keep {
+                time: Duration::from_secs_f64(keep_s),
+                bytes: pick("keep_runs_mb", self.keep_runs_mb, file.keep_runs_mb)
+                    .saturating_mul(1 << 20),
+            },
+        };
+        anyhow::ensure!(
+            options.max_files_bytes <= mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES,
+            "--max-files-bytes ({}) is more than {}, the most a script may be given",
+            options.max_files_bytes,
+            mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES
+        );
+        anyhow::ensure!(
+            options.max_file_bytes <= options.max_files_bytes,
+            "--max-file-bytes ({}) is more than --max-files-bytes ({}), the most all files of a call may have",
+            options.max_file_bytes,
+            options.max_files_bytes
+        );
+        Ok(options)
+    }
 }
 
 #[derive(Args)]
@@ -473,6 +567,14 @@ struct RunArgs {
     /// with "[redacted]" in the cassette (repeatable).
     #[arg(long, value_name = "KEY", requires = "record")]
     redact: Vec<String>,
+    /// A file put in the script's working directory before it runs, under its own name, or as
+    /// NAME with NAME=FILE (a relative path; repeatable).
+    #[arg(long = "input", value_name = "[NAME=]FILE")]
+    inputs: Vec<String>,
+    /// Where the files the script writes under /output/ are saved (created if missing; a name
+    /// that would leave DIR is refused).
+    #[arg(long = "output-dir", value_name = "DIR")]
+    output_dir: Option<PathBuf>,
 }
 
 /// Which limit flags `run` was given, by field: with --replay, the others come from the cassette.
@@ -558,6 +660,7 @@ fn main() -> ExitCode {
             Command::Serve(mut args) => {
                 let serve_matches = matches.subcommand_matches("serve").unwrap_or(&matches);
                 args.executor.sandbox_flags = sandbox_flags_given(serve_matches);
+                args.data.note_given(serve_matches);
                 serve(args).await
             }
             Command::Parity(args) => mcp_code_mode::parity::main(args).await,
@@ -630,6 +733,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(c) => tracing::info!("configuration {}: {} servers", c.path.display(), c.servers.len()),
     }
     let limits = args.limits.limits();
+    let data = args.data.options(config.as_ref())?;
     let local = args.executor.local(config.as_ref()).await?;
     let pool = sandboxes(
         args.sandbox,
@@ -664,6 +768,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_timeout: Duration::from_secs_f64(args.max_timeout),
         record,
         approvals: Arc::new(approvals),
+        data,
     };
     if let Some(http) = http {
         mcp_code_mode::server::http::serve_http(hub, pool, options, http).await?;
@@ -725,6 +830,17 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cassette {}: \"limits\"", path.display()))?;
         }
     }
+    let files = args
+        .inputs
+        .iter()
+        .map(|input| read_input(input))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let input_bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
+    anyhow::ensure!(
+        input_bytes <= mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES,
+        "--input: the files come to {input_bytes} bytes, more than the {} a script may be given",
+        mcp_code_mode::engine::files::MAX_JOB_FILES_BYTES
+    );
     if let Some(path) = &args.record {
         let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
         if folder.is_some_and(|f| !f.is_dir()) {
@@ -813,9 +929,9 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
     let sandbox = sandboxes.take_for(config).await?;
     let outcome = sandbox
         .execute(Job {
-            code,
             filename,
-            timeout: None,
+            files,
+            ..Job::new(code)
         })
         .await;
     if args.json {
@@ -823,6 +939,7 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
     } else {
         print_tail(&outcome);
     }
+    let written = save_outputs(&outcome, args.output_dir.as_deref());
     let saved = match (&recorder, &args.record) {
         (Some(recorder), Some(path)) => recorder
             .cassette(replay::RunInfo {
@@ -852,7 +969,83 @@ async fn run(args: RunArgs, given: LimitsGiven) -> anyhow::Result<ExitCode> {
         hub.shutdown().await;
     }
     saved?;
+    written?;
     Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8))
+}
+
+/// `--input [NAME=]FILE`: the file's bytes, named NAME or the file's own name.
+fn read_input(input: &str) -> anyhow::Result<mcp_code_mode::engine::InputFile> {
+    let (name, file) = match input.split_once('=') {
+        Some((name, file)) => (name.to_owned(), PathBuf::from(file)),
+        None => {
+            let file = PathBuf::from(input);
+            let name = file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (name, file)
+        }
+    };
+    mcp_code_mode::engine::files::check_relative_path(&name).map_err(|why| {
+        anyhow::anyhow!(
+            "--input {input}: {name:?} is not a usable name in the working directory: {why}"
+        )
+    })?;
+    let bytes = std::fs::read(&file)
+        .with_context(|| format!("--input {input}: cannot read '{}'", file.display()))?;
+    Ok(mcp_code_mode::engine::InputFile { path: name, bytes })
+}
+
+/// Writes the files the script left under /output/ into `dir` (`--output-dir`); without one,
+/// says on stderr which files were not saved.
+fn save_outputs(outcome: &Outcome, dir: Option<&Path>) -> anyhow::Result<()> {
+    for dropped in &outcome.outputs_dropped {
+        eprintln!("mcp-code-mode: {dropped}");
+    }
+    let Some(dir) = dir else {
+        if !outcome.outputs.is_empty() {
+            let names: Vec<&str> = outcome.outputs.iter().map(|f| f.path.as_str()).collect();
+            eprintln!(
+                "mcp-code-mode: the script wrote {} under /output/, not saved: add --output-dir DIR to keep them",
+                names.join(", ")
+            );
+        }
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--output-dir: cannot create '{}'", dir.display()))?;
+    for file in &outcome.outputs {
+        let target = output_path(dir, &file.path)?;
+        if let Some(folder) = target.parent() {
+            std::fs::create_dir_all(folder)
+                .with_context(|| format!("--output-dir: cannot create '{}'", folder.display()))?;
+        }
+        std::fs::write(&target, &file.bytes)
+            .with_context(|| format!("--output-dir: cannot write '{}'", target.display()))?;
+    }
+    Ok(())
+}
+
+/// Where /output/`name` goes under `dir`: refused when the name, or a symbolic link already
+/// on its way, would take it out of `dir`.
+fn output_path(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    mcp_code_mode::engine::files::check_relative_path(name).map_err(|why| {
+        anyhow::anyhow!("/output/{name:?} not saved: it would leave --output-dir: {why}")
+    })?;
+    let mut path = dir.to_path_buf();
+    for part in name.split('/') {
+        path.push(part);
+        if path
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            anyhow::bail!(
+                "/output/{name} not saved: '{}' is a symbolic link, which could lead out of --output-dir",
+                path.display()
+            );
+        }
+    }
+    Ok(path)
 }
 
 /// The script at `path` (`-`: standard input) and the name its tracebacks use.

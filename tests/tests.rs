@@ -2,6 +2,7 @@
 
 mod approvals;
 mod cli;
+mod data;
 mod downstream;
 mod engine;
 mod fork;

@@ -426,9 +426,8 @@ impl Runner {
             Err(message) => return ScriptReport::unable(name, message),
         };
         let job = Job {
-            code: code.clone(),
             filename: name.clone(),
-            timeout: None,
+            ..Job::new(code.clone())
         };
         // A script that never names `tools` cannot call one: it runs without starting the servers.
         let needs_tools = self.config.is_some() && code.contains("tools");

@@ -9,11 +9,12 @@
 mod approval;
 mod catalog;
 pub mod http;
+pub mod runs;
 
 use crate::approval::{Approvals, ApprovingHost, Described};
 use crate::bridge::view::PythonView;
 use crate::bridge::{ServerCatalog, ToolCallRecord, ToolHost};
-use crate::engine::{ErrorInfo, Job, Limits, Outcome, Pool, RunControl};
+use crate::engine::{ErrorInfo, InputFile, Job, Limits, Outcome, OutputLimits, Pool, RunControl};
 use crate::hub::Hub;
 use crate::replay::{RecordDir, RecordedLimits, Recorder, RunInfo, Script};
 use futures::future::BoxFuture;
@@ -21,8 +22,9 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{InputResponses, RequestState};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestMetaObject,
+    CallToolResponse, CallToolResult, ContentBlock, Implementation, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject,
     ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
@@ -55,20 +57,41 @@ pub struct ExecutionReport {
     /// This execution's id. With `serve --record-dir DIR`, its cassette is `DIR/<id>.jsonl`,
     /// which `mcp-code-mode run --replay` runs again without any server.
     pub execution_id: String,
+    /// The files the script created or changed under /output/, each also a resource_link
+    /// content block (read it with resources/read; small images come as image content too).
+    pub outputs: Vec<OutputInfo>,
+    /// Files under /output/ that were not returned, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs_dropped: Vec<String>,
+    /// stdout, stderr or result too large to show whole: what is shown, and where the whole is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<Truncated>,
 }
 
-impl ExecutionReport {
-    fn new(o: Outcome, execution_id: String) -> Self {
-        Self {
-            stdout: o.stdout,
-            stderr: o.stderr,
-            result: o.result,
-            error: o.error,
-            tool_calls: o.tool_calls,
-            duration_ms: o.duration_ms,
-            execution_id,
-        }
-    }
+/// A file the script left under /output/.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct OutputInfo {
+    /// Relative to /output/.
+    pub path: String,
+    /// Read it with resources/read (in pages of 256 KiB: `?page=N`).
+    pub uri: String,
+    pub mime_type: String,
+    pub size: usize,
+}
+
+/// A field of the report shown in part; the whole is a resource.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Truncated {
+    /// `stdout`, `stderr` or `result`.
+    pub field: String,
+    /// The whole field's size (for `result`, of its JSON).
+    pub bytes: usize,
+    /// The whole, readable with resources/read as `<uri>?page=1` to `?page=<pages>`.
+    pub uri: String,
+    pub pages: usize,
+    pub page_bytes: usize,
+    /// What was cut, in words.
+    pub note: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -79,6 +102,28 @@ pub struct ExecuteCodeArgs {
     /// Seconds the script may run (default: the server's --timeout; at most --max-timeout).
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// Files put in the script's working directory before it runs, by relative path (no `..`,
+    /// no leading `/`): the file's text as a string, or `{"base64": "..."}` for binary
+    /// content, e.g. {"data.csv": "a,b\n1,2\n", "logo.png": {"base64": "iVBORw0..."}}. Each file
+    /// and all of them together are capped (the server's --max-file-bytes, --max-files-bytes).
+    /// What the script writes under /output/ comes back as resource links.
+    #[serde(default)]
+    #[schemars(with = "Option<std::collections::BTreeMap<String, FileContent>>")]
+    pub files: Option<Map<String, Value>>,
+}
+
+/// A file's content in `execute_code`'s `files`.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // only its schema is used: `files` is read by `read_files`, for clear errors
+pub enum FileContent {
+    /// The file's text (written as UTF-8).
+    Text(String),
+    /// Binary content.
+    Base64 {
+        /// The bytes, base64 (standard alphabet).
+        base64: String,
+    },
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -130,6 +175,92 @@ pub struct ServeOptions {
     pub record: Option<Arc<RecordDir>>,
     /// The tools' approval policies (the config's, and `--approve-all`).
     pub approvals: Arc<Approvals>,
+    /// Files in and out, large results, and how long what they leave is kept.
+    pub data: DataOptions,
+}
+
+/// `execute_code`'s files in and out, and what its report shows inline.
+#[derive(Debug, Clone, Copy)]
+pub struct DataOptions {
+    /// The most one file may have, in (`files`) or out (`/output/`).
+    pub max_file_bytes: usize,
+    /// The most all files of one call may have together, in, and out.
+    pub max_files_bytes: usize,
+    /// The most files one call returns from /output/.
+    pub max_output_files: usize,
+    /// stdout, stderr or a result's JSON past this many bytes is shown in part, with a link.
+    pub inline_bytes: usize,
+    /// How long, and how much of, what executions leave is kept.
+    pub keep: runs::Keep,
+}
+
+impl Default for DataOptions {
+    fn default() -> Self {
+        let outputs = OutputLimits::default();
+        Self {
+            max_file_bytes: outputs.max_file_bytes,
+            max_files_bytes: outputs.max_total_bytes,
+            max_output_files: outputs.max_files,
+            inline_bytes: 16 << 10,
+            keep: runs::Keep {
+                time: Duration::from_secs(3600),
+                bytes: 256 << 20,
+            },
+        }
+    }
+}
+
+impl DataOptions {
+    fn output_limits(&self) -> OutputLimits {
+        OutputLimits {
+            max_files: self.max_output_files,
+            max_file_bytes: self.max_file_bytes,
+            max_total_bytes: self.max_files_bytes,
+        }
+    }
+
+    /// `execute_code`'s `files`, checked: names, content shape, sizes. The error names the file
+    /// and the limit.
+    fn read_files(&self, files: Map<String, Value>) -> Result<Vec<InputFile>, String> {
+        let mut read = Vec::with_capacity(files.len());
+        let mut total = 0usize;
+        for (path, content) in files {
+            crate::engine::files::check_relative_path(&path)
+                .map_err(|why| format!("files: {path:?} is not a usable name: {why}"))?;
+            let bytes = match content {
+                Value::String(text) => text.into_bytes(),
+                Value::Object(mut fields) if fields.len() == 1 && fields.contains_key("base64") => {
+                    match fields.remove("base64") {
+                        Some(Value::String(b64)) => crate::engine::files::decode_base64(&b64)
+                            .map_err(|e| format!("files: {path:?}: \"base64\" is not base64: {e}"))?,
+                        _ => return Err(format!("files: {path:?}: \"base64\" must be a string")),
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "files: {path:?}: give the file's text as a string, or {{\"base64\": \"...\"}} for binary content; got {}",
+                        crate::config::kind(&other)
+                    ))
+                }
+            };
+            if bytes.len() > self.max_file_bytes {
+                return Err(format!(
+                    "files: {path:?} is {} bytes, more than the {} one file may have (the server's --max-file-bytes)",
+                    bytes.len(),
+                    self.max_file_bytes
+                ));
+            }
+            total += bytes.len();
+            if total > self.max_files_bytes {
+                return Err(format!(
+                    "files: together they come to more than the {} bytes all files of one call may have (the server's --max-files-bytes; {path:?} went past it)",
+                    self.max_files_bytes
+                ));
+            }
+            read.push(InputFile { path, bytes });
+        }
+        Ok(read)
+    }
 }
 
 #[derive(Clone)]
@@ -146,6 +277,8 @@ pub struct CodeModeServer {
     /// The catalogue with each tool's policy shown, and executions paused on an approval.
     described: Arc<Described>,
     paused: approval::Paused,
+    /// What executions left to read (shared by every session's copy; each reads only its own).
+    runs: Arc<runs::RunStore>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -155,17 +288,18 @@ impl CodeModeServer {
         Self {
             hub,
             pool,
-            options,
             draining: CancellationToken::new(),
             session: None,
             described: Default::default(),
             paused: Default::default(),
+            runs: Arc::new(runs::RunStore::new(options.data.keep)),
             tool_router: Self::tool_router(),
+            options,
         }
     }
 
     #[tool(
-        description = "Run a Python 3.14 script (Pyodide, sandboxed: no files, no network) that calls the configured MCP servers' tools as Python functions.",
+        description = "Run a Python 3.14 script (Pyodide, sandboxed: no host files, no network) that calls the configured MCP servers' tools as Python functions. Pass input files with `files` (they land in the working directory); what the script writes under /output/ comes back as resource links. Large stdout, stderr or results come back cut, with a link to read the whole in pages.",
         output_schema = rmcp::handler::server::common::schema_for_output::<ExecutionReport>(),
         annotations(read_only_hint = false, destructive_hint = true, open_world_hint = true)
     )]
@@ -236,10 +370,21 @@ impl CodeModeServer {
             }),
             None => inner,
         };
+        let files = match args.files {
+            None => Vec::new(),
+            Some(files) => match self.options.data.read_files(files) {
+                Ok(files) => files,
+                Err(message) => {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into())
+                }
+            },
+        };
         let job = Job {
-            code: args.code,
             filename: "<code>".into(),
             timeout: Some(timeout),
+            files,
+            outputs: self.options.data.output_limits(),
+            ..Job::new(args.code)
         };
         let script = recorder.is_some().then(|| Script {
             filename: job.filename.clone(),
@@ -309,7 +454,8 @@ impl CodeModeServer {
             }
         }
         let failed = outcome.error.is_some();
-        let report = serde_json::to_value(ExecutionReport::new(outcome, execution_id))
+        let (report, links) = self.keep_run(outcome, execution_id);
+        let report = serde_json::to_value(report)
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let text = report_text(&report);
         let mut result = if failed {
@@ -318,7 +464,142 @@ impl CodeModeServer {
             CallToolResult::structured(report)
         };
         result.content = vec![ContentBlock::text(text)];
+        result.content.extend(links);
         Ok(result)
+    }
+
+    /// The report of an outcome, with stdout, stderr and the result cut to `inline_bytes` and
+    /// the files out; what it links to is kept in the run store for this session. The content
+    /// blocks are a resource_link for each file and each cut field, and small images inline.
+    fn keep_run(
+        &self,
+        outcome: Outcome,
+        execution_id: String,
+    ) -> (ExecutionReport, Vec<ContentBlock>) {
+        let inline = self.options.data.inline_bytes;
+        let mut entries = Vec::new();
+        let mut links = Vec::new();
+        let mut truncated = Vec::new();
+        let mut cut = |field: &str, whole: Vec<u8>, mime: &str, shown: usize, how: &str| {
+            let bytes = whole.len();
+            let uri = runs::uri(&execution_id, field);
+            let pages = bytes.div_ceil(runs::PAGE_BYTES).max(1);
+            let note = format!(
+                "{field} is {bytes} bytes; {how}. Read the whole with resources/read {uri}?page=1 (then ?page=2 … ?page={pages}: {pages} page(s) of {} bytes)",
+                runs::PAGE_BYTES
+            );
+            links.push(ContentBlock::resource_link(
+                rmcp::model::Resource::new(uri.clone(), format!("{execution_id}/{field}"))
+                    .with_mime_type(mime)
+                    .with_size(bytes as u64)
+                    .with_description(note.clone()),
+            ));
+            entries.push(runs::Entry {
+                name: field.to_owned(),
+                mime_type: mime.to_owned(),
+                bytes: whole,
+            });
+            truncated.push(Truncated {
+                field: field.to_owned(),
+                bytes,
+                uri,
+                pages,
+                page_bytes: runs::PAGE_BYTES,
+                note: format!("{note} ({shown} bytes shown)"),
+            });
+        };
+        let mut text_field = |field: &str, text: String| -> String {
+            if text.len() <= inline {
+                return text;
+            }
+            let shown = runs::cut_text(&text, inline).to_owned();
+            let shown_len = shown.len();
+            let notice = format!(
+                "\n[mcp-code-mode: {field} cut after {shown_len} of {} bytes; the whole is {} (resources/read, ?page=N): see the report's \"truncated\"]\n",
+                text.len(),
+                runs::uri(&execution_id, field)
+            );
+            cut(
+                field,
+                text.into_bytes(),
+                "text/plain",
+                shown_len,
+                "the first lines are shown",
+            );
+            shown + &notice
+        };
+        let stdout = text_field("stdout", outcome.stdout);
+        let stderr = text_field("stderr", outcome.stderr);
+        let mut result = outcome.result;
+        let json = result.to_string();
+        if json.len() > inline {
+            let small = runs::shrink(&result, inline);
+            let shown = small.to_string().len();
+            cut(
+                "result",
+                json.into_bytes(),
+                "application/json",
+                shown,
+                &format!(
+                    "it is shown with its shape kept: lists end with a \"… N more items\" entry, objects with a \"…\" key, long strings with \"… (N more bytes)\", nesting past depth {} summarized",
+                    runs::MAX_DEPTH
+                ),
+            );
+            result = small;
+        }
+        let mut outputs = Vec::with_capacity(outcome.outputs.len());
+        for file in outcome.outputs {
+            let name = format!("output/{}", file.path);
+            let uri = runs::uri(&execution_id, &name);
+            let mime_type = runs::mime_for(&file.path);
+            links.push(ContentBlock::resource_link(
+                rmcp::model::Resource::new(uri.clone(), file.path.clone())
+                    .with_mime_type(mime_type.clone())
+                    .with_size(file.size as u64)
+                    .with_description(format!(
+                        "/output/{} from execution {execution_id}",
+                        file.path
+                    )),
+            ));
+            if IMAGE_TYPES.contains(&mime_type.as_str()) && file.size <= IMAGE_INLINE_BYTES {
+                links.push(ContentBlock::image(
+                    crate::engine::files::encode_base64(&file.bytes),
+                    mime_type.clone(),
+                ));
+            }
+            outputs.push(OutputInfo {
+                path: file.path,
+                uri,
+                mime_type: mime_type.clone(),
+                size: file.size,
+            });
+            entries.push(runs::Entry {
+                name,
+                mime_type,
+                bytes: file.bytes,
+            });
+        }
+        self.runs.add(&execution_id, self.owner(), entries);
+        let report = ExecutionReport {
+            stdout,
+            stderr,
+            result,
+            error: outcome.error,
+            tool_calls: outcome.tool_calls,
+            duration_ms: outcome.duration_ms,
+            execution_id,
+            outputs,
+            outputs_dropped: outcome.outputs_dropped,
+            truncated,
+        };
+        (report, links)
+    }
+
+    /// Who this copy serves, for the run store: each HTTP session, or stdio's one client.
+    fn owner(&self) -> runs::Owner {
+        self.session
+            .as_ref()
+            .map_or(0, |s| s.owner.load(Ordering::SeqCst))
     }
 
     #[tool(
@@ -399,6 +680,7 @@ impl ServerHandler for CodeModeServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -429,8 +711,44 @@ impl ServerHandler for CodeModeServer {
         Ok(ListToolsResult::with_all_items(tools))
     }
 
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(
+            self.runs.list(self.owner()),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            runs::template(),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.runs
+            .read(&request.uri, self.owner())
+            .map(ReadResourceResponse::from)
+    }
+
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
         if let Some(session) = &self.session {
+            let _ = session.owner.compare_exchange(
+                0,
+                NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
             let ended = session.ended.clone();
             let announce = announce_changes(self.hub.changes(), context.peer);
             tokio::spawn(async move {
@@ -448,6 +766,9 @@ impl ServerHandler for CodeModeServer {
 #[derive(Clone)]
 struct Session {
     ended: CancellationToken,
+    /// Whose runs this session may read (see [`runs`]): its own id once it has initialized; 0
+    /// until then, as for a 2026-07-28 request, which belongs to no session (and for stdio).
+    owner: Arc<AtomicU64>,
     _guard: Arc<tokio_util::sync::DropGuard>,
 }
 
@@ -464,6 +785,7 @@ impl CodeModeServer {
             session: Some(Session {
                 _guard: Arc::new(ended.clone().drop_guard()),
                 ended,
+                owner: Arc::new(AtomicU64::new(0)),
             }),
             ..self.clone()
         }
@@ -494,6 +816,13 @@ fn local_description(python: &crate::local::LocalPython) -> String {
         python.notice()
     )
 }
+
+/// The next HTTP session's run-store owner id.
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+/// Images that also come back as image content, when no larger than [`IMAGE_INLINE_BYTES`].
+const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+const IMAGE_INLINE_BYTES: usize = 512 << 10;
 
 /// How long tools/list and the discovery tools wait for servers still in their first start.
 const FIRST_START_GRACE: Duration = Duration::from_secs(2);

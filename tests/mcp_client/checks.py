@@ -357,10 +357,16 @@ async def check_limits(client, data, tmp):
     expect(report["error"]["type"] == "TimeoutError", report["error"])
     bad = await client.call_tool("execute_code", {"code": "1", "timeout_s": -5})
     expect(bad.is_error and "timeout_s" in "".join(c.text for c in bad.content), bad)
-    # A 5 MB result is capped like stdout (the server's --max-output, 1 MiB), with a notice.
+    # A 5 MB result is capped like stdout (the server's --max-output, 1 MiB), with a notice; the
+    # report shows its start (--inline-bytes) and links to the capped whole.
     report = ok(await execute(client, "'x' * 5_000_000"))
-    expect(isinstance(report["result"], str) and len(report["result"]) < 1_100_000
-           and "[mcp-code-mode: result truncated: its JSON is 5000002 bytes" in report["result"], report["result"][-300:])
+    expect(isinstance(report["result"], str) and len(report["result"]) < 20_000
+           and report["result"].endswith("more bytes)"), report["result"][-300:])
+    [cut] = report["truncated"]
+    pages = [(await client.read_resource(f"{cut['uri']}?page={n}")).contents[0].text for n in range(1, cut["pages"] + 1)]
+    whole = json.loads("".join(pages))
+    expect(isinstance(whole, str) and len(whole) < 1_100_000
+           and "[mcp-code-mode: result truncated: its JSON is 5000002 bytes" in whole, whole[-300:])
 
 
 async def check_list_changed(client, data, tmp):

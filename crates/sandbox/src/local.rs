@@ -46,6 +46,10 @@ _hello=json.loads(_reader.readline());exec(compile(_hello['host'],'<codemode>','
 /// 8 MiB by the bridge; this bounds what is read before that check, and the outcome).
 const MAX_MESSAGE: usize = 256 << 20;
 
+/// Why a job with files is refused here: the local executor runs in the user's own working
+/// directory, and has no `/output/` (see README, "The local executor").
+pub const FILES_REFUSED: &str = "files= needs the sandbox: the local executor (--executor local) runs scripts in the server's own working directory, as its user, and writes no files there for a client; read the data from a file the script can reach, or pass it in the code";
+
 /// After the outcome: how long the process may take to exit, and the pipes to reach their end.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
@@ -290,6 +294,23 @@ impl LocalSandbox {
     /// (paused while a person is asked to approve a call).
     pub async fn execute(self, job: Job, control: RunControl) -> Outcome {
         let started = Instant::now();
+        if !job.files.is_empty() {
+            // The script runs in the server's own working directory, as the user: files are
+            // not written there on a client's say-so.
+            let refused = ErrorInfo {
+                kind: "ValueError".into(),
+                message: FILES_REFUSED.into(),
+                traceback: String::new(),
+            };
+            return shape_outcome(
+                Err(refused),
+                self.output.captured(),
+                Vec::new(),
+                self.limits.max_output,
+                &job.outputs,
+                started,
+            );
+        }
         let timeout = job.timeout.unwrap_or(self.limits.timeout);
         let clock = Clock {
             start: tokio::time::Instant::now(),
@@ -313,6 +334,7 @@ impl LocalSandbox {
             self.output.captured(),
             tool_calls,
             self.limits.max_output,
+            &job.outputs,
             started,
         )
     }

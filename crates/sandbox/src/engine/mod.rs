@@ -9,12 +9,14 @@
 //! **Invariant:** a limit breach (timeout, V8 heap) ends the isolate; it is never reused.
 
 pub mod control;
+pub mod files;
 mod isolate;
 mod memory;
 pub mod pool;
 pub mod zygote;
 
 pub use control::RunControl;
+pub use files::{InputFile, OutputFile, OutputLimits};
 pub use isolate::init_v8;
 pub use memory::MemoryShares;
 pub use pool::Pool;
@@ -207,6 +209,12 @@ pub struct Job {
     /// Overrides `Limits::timeout` for this job when set.
     #[serde(skip)]
     pub timeout: Option<Duration>,
+    /// Put in the script's working directory before it runs (names checked by the caller with
+    /// [`files::check_relative_path`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<InputFile>,
+    /// What the files the script leaves in `/output/` may come to (see [`Outcome::outputs`]).
+    pub outputs: OutputLimits,
 }
 
 impl Job {
@@ -215,6 +223,8 @@ impl Job {
             code: code.into(),
             filename: "<script>".into(),
             timeout: None,
+            files: Vec::new(),
+            outputs: OutputLimits::default(),
         }
     }
 }
@@ -238,6 +248,12 @@ pub struct Outcome {
     pub error: Option<ErrorInfo>,
     pub duration_ms: f64,
     pub tool_calls: Vec<ToolCallRecord>,
+    /// The files under `/output/` this job created or changed, checked against the job's
+    /// [`OutputLimits`].
+    pub outputs: Vec<OutputFile>,
+    /// Files under `/output/` not returned, and why (one line each).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs_dropped: Vec<String>,
     /// `sys.exit(n)` with n != 0, else 0 (1 when `error` is set otherwise).
     #[serde(skip)]
     pub exit_code: i32,
@@ -264,6 +280,10 @@ pub(crate) struct ScriptReport {
     result: Value,
     error: Option<ErrorInfo>,
     exit_code: i32,
+    #[serde(default)]
+    outputs: Vec<files::ReportedOutput>,
+    #[serde(default)]
+    outputs_skipped: Vec<files::SkippedOutput>,
 }
 
 /// Shared between the handle and the thread: why the isolate ended early, if it did.
@@ -378,6 +398,7 @@ impl ThreadSandbox {
             self.output.captured(),
             tool_calls,
             self.limits.max_output,
+            &job.outputs,
             started,
         )
     }
@@ -481,18 +502,20 @@ pub(crate) fn shape_outcome(
     captured: crate::bridge::output::CapturedOutput,
     tool_calls: Vec<ToolCallRecord>,
     max_output: usize,
+    output_limits: &OutputLimits,
     started: Instant,
 ) -> Outcome {
-    let (result, error, exit_code) = match report {
+    let (result, error, exit_code, (outputs, outputs_dropped)) = match report {
         Ok(r) => {
             let code = if r.error.is_some() && r.exit_code == 0 {
                 1
             } else {
                 r.exit_code
             };
-            (r.result, r.error, code)
+            let outputs = files::take_outputs(r.outputs, r.outputs_skipped, output_limits);
+            (r.result, r.error, code, outputs)
         }
-        Err(e) => (Value::Null, Some(e), 1),
+        Err(e) => (Value::Null, Some(e), 1, Default::default()),
     };
     Outcome {
         stdout: captured.stdout,
@@ -501,6 +524,8 @@ pub(crate) fn shape_outcome(
         error,
         duration_ms: crate::bridge::tools::round_ms(started.elapsed()),
         tool_calls,
+        outputs,
+        outputs_dropped,
         exit_code,
     }
 }

@@ -330,11 +330,13 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
     }
 }
 
-/// The largest frame a child may send: a tool call (arguments and two names) or a report.
-fn max_child_frame(max_output: usize) -> usize {
+/// The largest frame a child may send: a tool call (arguments and two names) or a report (with
+/// the files the job may return).
+fn max_child_frame(max_output: usize, outputs: &super::OutputLimits) -> usize {
     crate::bridge::tools::MAX_ARGUMENTS_BYTES
         + 2 * crate::bridge::tools::MAX_NAME_BYTES
         + 4 * max_output
+        + outputs.max_report_bytes()
         + (1 << 20)
 }
 
@@ -414,6 +416,7 @@ impl ForkedSandbox {
             self.output.captured(),
             tool_calls,
             limits.max_output,
+            &job.outputs,
             started,
         )
     }
@@ -432,7 +435,7 @@ impl ForkedSandbox {
             return Ended::Broken(format!("could not send the job: {e}"));
         }
         // Cancel-safe: a call that finishes while a frame is half read loses none of it.
-        let mut frames = frames::reader(reader, max_child_frame(limits.max_output));
+        let mut frames = frames::reader(reader, max_child_frame(limits.max_output, &job.outputs));
         let mut calls = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
