@@ -14,4 +14,5 @@ mod remote;
 mod replay;
 mod sandbox;
 mod server;
+mod sessions;
 mod util;

@@ -2,13 +2,15 @@
 //! streamable HTTP (`http`).
 //!
 //! The only module that knows MCP's server side. Each `execute_code` gets its own fresh sandbox
-//! (several calls run at once; one slow script holds up no other), reports progress when the
-//! client asked for it, and stops its sandbox on `notifications/cancelled`.
+//! (several calls run at once; one slow script holds up no other), or, when it names a session
+//! (`sessions`), that session's sandbox; it reports progress when the client asked for it, and
+//! stops its sandbox on `notifications/cancelled`.
 //! **Invariant:** nothing but MCP messages reaches stdout.
 
 mod approval;
 mod catalog;
 pub mod http;
+pub mod sessions;
 
 use crate::approval::{Approvals, ApprovingHost, Described};
 use crate::bridge::view::PythonView;
@@ -33,6 +35,7 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sessions::{Lease, Owner, Sessions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,10 +58,17 @@ pub struct ExecutionReport {
     /// This execution's id. With `serve --record-dir DIR`, its cassette is `DIR/<id>.jsonl`,
     /// which `mcp-code-mode run --replay` runs again without any server.
     pub execution_id: String,
+    /// The session this call ran in (pass it as `session` to go on in it), else absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Set when this call ended its session (a limit it hit), saying why: the session's
+    /// globals and files are gone, and its id takes no more calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_ended: Option<String>,
 }
 
 impl ExecutionReport {
-    fn new(o: Outcome, execution_id: String) -> Self {
+    fn new(o: Outcome, execution_id: String, session: SessionNote) -> Self {
         Self {
             stdout: o.stdout,
             stderr: o.stderr,
@@ -67,8 +77,17 @@ impl ExecutionReport {
             tool_calls: o.tool_calls,
             duration_ms: o.duration_ms,
             execution_id,
+            session: session.id,
+            session_ended: session.ended,
         }
     }
+}
+
+/// What the report says of the call's session.
+#[derive(Default)]
+struct SessionNote {
+    id: Option<String>,
+    ended: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -79,6 +98,17 @@ pub struct ExecuteCodeArgs {
     /// Seconds the script may run (default: the server's --timeout; at most --max-timeout).
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// "new" starts a session: the report's `session` is its id. Pass that id in later calls to
+    /// run them in the same interpreter (globals, imports and files kept; calls run one at a
+    /// time). Leave out for a fresh sandbox that is gone after the call.
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionArgs {
+    /// The session's id, from an execute_code report's `session`.
+    pub session: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -130,6 +160,9 @@ pub struct ServeOptions {
     pub record: Option<Arc<RecordDir>>,
     /// The tools' approval policies (the config's, and `--approve-all`).
     pub approvals: Arc<Approvals>,
+    /// `execute_code`'s sessions (shared by every client, each reaching only its own); None
+    /// where there are none (the local executor).
+    pub sessions: Option<Arc<Sessions>>,
 }
 
 #[derive(Clone)]
@@ -143,6 +176,11 @@ pub struct CodeModeServer {
     /// Over HTTP, this session's copy: its peer is told of tools/list_changed until the session
     /// ends (stdio announces to its one peer from `serve_stdio`).
     session: Option<Session>,
+    /// Who this copy's code sessions belong to: the stdio client, or this HTTP session.
+    owner: Owner,
+    /// Why this server keeps no code sessions, when it keeps none (the local executor, or
+    /// stateless HTTP, where no request knows the one before).
+    no_sessions: Option<&'static str>,
     /// The catalogue with each tool's policy shown, and executions paused on an approval.
     described: Arc<Described>,
     paused: approval::Paused,
@@ -152,12 +190,17 @@ pub struct CodeModeServer {
 #[tool_router]
 impl CodeModeServer {
     pub fn new(hub: Arc<Hub>, pool: Arc<Pool>, options: ServeOptions) -> Self {
+        let no_sessions = pool.local_python().is_some().then_some(
+            "the local executor (--executor local) keeps no sessions: each script runs in a fresh host Python process",
+        );
         Self {
             hub,
             pool,
             options,
             draining: CancellationToken::new(),
             session: None,
+            owner: Owner::STDIO,
+            no_sessions,
             described: Default::default(),
             paused: Default::default(),
             tool_router: Self::tool_router(),
@@ -205,6 +248,18 @@ impl CodeModeServer {
                 .into())
             }
         };
+        let session = match args.session {
+            None => None,
+            Some(requested) => match self.sessions_here() {
+                Ok(sessions) => Some((sessions.clone(), requested)),
+                Err(why) => {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "{why}. Leave session out: each call then runs in a fresh sandbox"
+                    ))])
+                    .into())
+                }
+            },
+        };
         let execution_id = crate::replay::new_execution_id();
         let progress = meta
             .get_progress_token()
@@ -250,15 +305,44 @@ impl CodeModeServer {
         // Its own task, so an execution paused on a 2026-07-28 approval outlives this request.
         // Dropping it (on cancellation) drops the sandbox, which terminates its isolate.
         let task = tokio::spawn(async move {
-            let sandbox = this
-                .pool
-                .take(tools)
-                .await
-                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            let (sandbox, lease) = match session {
+                None => (
+                    this.pool
+                        .take(tools)
+                        .await
+                        .map_err(|e| McpError::internal_error(e.to_string(), None))?,
+                    None,
+                ),
+                Some((sessions, requested)) => {
+                    match session_sandbox(&sessions, this.owner, &requested, tools).await {
+                        Ok((sandbox, lease)) => (sandbox, Some(lease)),
+                        Err(refused) => return Ok(refused),
+                    }
+                }
+            };
             if let Some(p) = &progress {
                 p.send("running".into()).await;
             }
-            let mut outcome = sandbox.execute_with(job, control).await;
+            let (mut outcome, note) = match lease {
+                None => (
+                    sandbox.execute_with(job, control).await,
+                    SessionNote::default(),
+                ),
+                Some(lease) => {
+                    let mut sandbox = sandbox;
+                    lease.running(control.clone());
+                    let (outcome, alive) = sandbox.execute_kept(job, control).await;
+                    let id = lease.id.clone();
+                    let ended = lease.finish(sandbox, alive, &outcome);
+                    (
+                        outcome,
+                        SessionNote {
+                            id: Some(id),
+                            ended,
+                        },
+                    )
+                }
+            };
             if let Some(call) = approving.stopped_call() {
                 let recorded =
                     |c: &ToolCallRecord| c.approval == call.approval && c.tool == call.tool;
@@ -266,7 +350,7 @@ impl CodeModeServer {
                     outcome.tool_calls.push(call);
                 }
             }
-            this.report(outcome, execution_id, recorder, script, timeout)
+            this.report(outcome, execution_id, note, recorder, script, timeout)
                 .await
         });
         let running = approval::Running {
@@ -282,6 +366,7 @@ impl CodeModeServer {
         &self,
         outcome: Outcome,
         execution_id: String,
+        session: SessionNote,
         recorder: Option<Arc<Recorder>>,
         script: Option<Script>,
         timeout: Duration,
@@ -309,7 +394,7 @@ impl CodeModeServer {
             }
         }
         let failed = outcome.error.is_some();
-        let report = serde_json::to_value(ExecutionReport::new(outcome, execution_id))
+        let report = serde_json::to_value(ExecutionReport::new(outcome, execution_id, session))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let text = report_text(&report);
         let mut result = if failed {
@@ -319,6 +404,43 @@ impl CodeModeServer {
         };
         result.content = vec![ContentBlock::text(text)];
         Ok(result)
+    }
+
+    #[tool(
+        description = "End a session started with execute_code(session=\"new\"): its sandbox, globals and files are gone (a call running in it is stopped).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn close_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let closed = self
+            .sessions_here()
+            .and_then(|sessions| sessions.close(self.owner, &args.session));
+        Ok(text_result(closed))
+    }
+
+    #[tool(
+        description = "Give a session a fresh interpreter under the same id: its globals, imports and files are gone (a call running in it is stopped); a session that ended on a limit starts again.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn reset_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let reset = match self.sessions_here() {
+            Ok(sessions) => sessions.reset(self.owner, &args.session).await,
+            Err(e) => Err(e),
+        };
+        Ok(text_result(reset))
     }
 
     #[tool(
@@ -449,6 +571,7 @@ impl ServerHandler for CodeModeServer {
 struct Session {
     ended: CancellationToken,
     _guard: Arc<tokio_util::sync::DropGuard>,
+    _sessions: Arc<EndsSessions>,
 }
 
 impl CodeModeServer {
@@ -460,13 +583,83 @@ impl CodeModeServer {
 
     fn for_new_session(&self) -> Self {
         let ended = CancellationToken::new();
+        let owner = Owner::fresh();
         Self {
             session: Some(Session {
                 _guard: Arc::new(ended.clone().drop_guard()),
+                _sessions: Arc::new(EndsSessions {
+                    sessions: self.options.sessions.clone(),
+                    owner,
+                }),
                 ended,
             }),
+            owner,
             ..self.clone()
         }
+    }
+
+    /// The code sessions this server keeps, or why it keeps none.
+    fn sessions_here(&self) -> Result<&Arc<Sessions>, String> {
+        match (&self.options.sessions, self.no_sessions) {
+            (Some(sessions), None) => Ok(sessions),
+            (_, why) => Err(format!(
+                "no sessions here: {}",
+                why.unwrap_or("this server keeps none")
+            )),
+        }
+    }
+}
+
+/// Ends an MCP session's code sessions when the last copy of its server goes.
+struct EndsSessions {
+    sessions: Option<Arc<Sessions>>,
+    owner: Owner,
+}
+
+impl Drop for EndsSessions {
+    fn drop(&mut self) {
+        if let Some(sessions) = &self.sessions {
+            sessions.end_owner(self.owner);
+        }
+    }
+}
+
+/// A session's sandbox for one call, with the hold that keeps its other calls waiting; or the
+/// result that refuses the call (an unknown or ended id, too many sessions).
+async fn session_sandbox(
+    sessions: &Sessions,
+    owner: Owner,
+    requested: &str,
+    tools: Arc<dyn ToolHost>,
+) -> Result<(crate::engine::Sandbox, Lease), CallToolResult> {
+    let refused = |message: String| CallToolResult::error(vec![ContentBlock::text(message)]);
+    let mut lease = if requested == "new" {
+        sessions.open(owner)
+    } else {
+        sessions.lease(owner, requested).await
+    }
+    .map_err(refused)?;
+    match lease.take_sandbox() {
+        Some(sandbox) => {
+            sandbox.set_tools(tools);
+            Ok((sandbox, lease))
+        }
+        None => match sessions.take_sandbox(tools).await {
+            Ok(sandbox) => Ok((sandbox, lease)),
+            Err(e) => {
+                let message = format!("the session's sandbox could not start: {e}");
+                lease.failed(&e.to_string());
+                Err(refused(message))
+            }
+        },
+    }
+}
+
+/// A tool result from a message: success, or the error that says what is wrong.
+fn text_result(result: Result<String, String>) -> CallToolResult {
+    match result {
+        Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
     }
 }
 
@@ -641,6 +834,7 @@ pub async fn serve_stdio(
     pool: Arc<Pool>,
     options: ServeOptions,
 ) -> anyhow::Result<()> {
+    let sessions = options.sessions.clone();
     let server = CodeModeServer::new(hub.clone(), pool, options);
     // Subscribed before the handshake: servers start in the background, and one that comes up
     // while the client initializes must still be announced.
@@ -652,6 +846,9 @@ pub async fn serve_stdio(
     let notifier = tokio::spawn(announce_changes(changes, running.peer().clone()));
     let quit = running.waiting().await;
     notifier.abort();
+    if let Some(sessions) = &sessions {
+        sessions.end_owner(Owner::STDIO);
+    }
     hub.shutdown().await;
     quit?;
     Ok(())
