@@ -699,6 +699,11 @@ def _collect_outputs(limits):
     return returned, skipped
 
 
+# The globals of a session's jobs (None outside a session): each job of a session runs in the
+# namespace the previous one left. Never set by warm-up jobs, so a forked child starts without.
+_session_namespace = None
+
+
 async def run_job(job_json):
     job = json.loads(job_json)
     del job_json  # the caller's copy is gone too: the files' base64 is held once, in `job`
@@ -712,7 +717,15 @@ async def run_job(job_json):
         return json.dumps(outcome)
     # Read at job start, not at boot: a pre-booted sandbox must see the catalogue as it is now.
     tools = _Tools(json.loads(_host().catalog_json()))
-    namespace = {"__name__": "__main__", "__builtins__": builtins, "tools": tools, "ToolError": ToolError}
+    global _session_namespace
+    if job.get("session") and _session_namespace is not None:
+        # A session's later job: the globals its earlier jobs left, with today's catalogue.
+        namespace = _session_namespace
+        namespace.update(tools=tools, ToolError=ToolError)
+    else:
+        namespace = {"__name__": "__main__", "__builtins__": builtins, "tools": tools, "ToolError": ToolError}
+        if job.get("session"):
+            _session_namespace = namespace
     sys.stdout.reconfigure(line_buffering=True)  # what was printed before a timeout is not lost
     try:
         value = await eval_code_async(code, namespace, filename=filename, return_mode="last_expr")

@@ -1,10 +1,11 @@
 /*
  * main_deno.js — the sandbox's entry module inside the deno_core isolate.
  *
- * One sandbox, one job: boot Pyodide, tell Rust it is ready, wait for the job, run it, report the
- * outcome, end. A sandbox is never reused, so no state leaks from one script into the next.
+ * Boot Pyodide, tell Rust it is ready, then run jobs as they come, reporting each outcome, until
+ * Rust says no more will come. A sandbox runs one job, or the jobs of one session in order (each
+ * sees what the previous ones left): never jobs of two sessions, so nothing leaks between them.
  *
- * The outcome is reported with the token that came with the job, which only this module holds.
+ * Each outcome is reported with the token that came with its job, which only this module holds.
  *
  * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_idle,
  *           op_sandbox_next_job, op_sandbox_report,
@@ -59,5 +60,7 @@ try {
 ops.op_sandbox_ready("");
 // In a zygote, warm-up rounds run until a fork is asked for; the child then goes on to its job.
 while (await ops.op_sandbox_idle()) await warmRound(pyodide);
-const { token, job } = JSON.parse(await ops.op_sandbox_next_job());
-ops.op_sandbox_report(token, await runJob(pyodide, job));
+for (let next; (next = await ops.op_sandbox_next_job()) !== ""; ) {
+  const { token, job } = JSON.parse(next);
+  ops.op_sandbox_report(token, await runJob(pyodide, job));
+}

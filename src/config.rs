@@ -50,7 +50,7 @@ pub fn parse_timeout(s: &str) -> Result<f64, String> {
 }
 
 /// Top-level keys besides the servers' object.
-const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals", "packages", "data"];
+const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals", "packages", "data", "sessions"];
 
 const KNOWN_FIELDS: &[&str] = &[
     "command",
@@ -86,6 +86,9 @@ pub struct Config {
     /// `"data"`: execute_code's files in and out and what executions leave, each setting as its
     /// serve flag's (`"max_file_bytes"` is `--max-file-bytes`); a flag given wins.
     pub data: DataSettings,
+    /// `"sessions": {"max": N, "idle_s": S, "memory_mb": M}`: execute_code's sessions, unless
+    /// flags say otherwise.
+    pub sessions: SessionSettings,
 }
 
 /// The `"data"` settings given in the file (None: not given).
@@ -381,7 +384,7 @@ pub fn load_with_env(
         .filter(|k| *k != key && !is_comment(k) && !TOP_LEVEL_SETTINGS.contains(&k.as_str()))
     {
         tracing::warn!(
-            "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\", \"python\", \"approvals\", \"packages\" and \"data\")",
+            "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\", \"python\", \"approvals\", \"packages\", \"data\" and \"sessions\")",
             path.display()
         );
     }
@@ -461,6 +464,10 @@ pub fn load_with_env(
         None => DataSettings::default(),
         Some(value) => parse_data(value).map_err(file_error)?,
     };
+    let sessions = match root.get("sessions") {
+        None => SessionSettings::default(),
+        Some(value) => parse_sessions(value).map_err(file_error)?,
+    };
     Ok(Config {
         path: path.to_path_buf(),
         servers: parsed,
@@ -469,7 +476,58 @@ pub fn load_with_env(
         approvals,
         packages,
         data,
+        sessions,
     })
+}
+
+/// The config file's `"sessions"`: each field optional (flags win over it, defaults fill in).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SessionSettings {
+    /// `"max"`: live sessions at once.
+    pub max: Option<usize>,
+    /// `"idle_s"`: seconds without a call after which a session ends.
+    pub idle_s: Option<f64>,
+    /// `"memory_mb"`: MiB one session's sandbox may use, across its calls.
+    pub memory_mb: Option<u64>,
+}
+
+/// The MiB a session's sandbox may be given (the same range as `--memory-mb`).
+pub const SESSION_MEMORY_MB: std::ops::RangeInclusive<u64> = 128..=16384;
+
+fn parse_sessions(value: &Value) -> Result<SessionSettings, String> {
+    let Value::Object(fields) = value else {
+        return Err(format!(
+            "\"sessions\" must be an object {{\"max\": N, \"idle_s\": SECONDS, \"memory_mb\": MIB}}, got {}",
+            kind(value)
+        ));
+    };
+    let mut settings = SessionSettings::default();
+    for (field, v) in fields.iter().filter(|(k, _)| !is_comment(k)) {
+        match field.as_str() {
+            "max" => match v.as_u64() {
+                Some(n) if n >= 1 => settings.max = Some(n as usize),
+                _ => return Err(format!("\"sessions\": \"max\" must be a whole number of at least 1, got {v}")),
+            },
+            "idle_s" => match v.as_f64() {
+                Some(s) if timeout_within(s, 86_400.0) => settings.idle_s = Some(s),
+                _ => return Err(format!("\"sessions\": \"idle_s\" must be seconds, more than 0 and at most 86400, got {v}")),
+            },
+            "memory_mb" => match v.as_u64() {
+                Some(n) if SESSION_MEMORY_MB.contains(&n) => settings.memory_mb = Some(n),
+                _ => return Err(format!(
+                    "\"sessions\": \"memory_mb\" must be MiB from {} to {}, got {v}",
+                    SESSION_MEMORY_MB.start(),
+                    SESSION_MEMORY_MB.end()
+                )),
+            },
+            other => {
+                return Err(format!(
+                    "\"sessions\": unknown field \"{other}\" (expected \"max\", \"idle_s\" and \"memory_mb\")"
+                ))
+            }
+        }
+    }
+    Ok(settings)
 }
 
 fn parse_packages(value: &Value, base_dir: &Path) -> Result<Packages, String> {

@@ -12,6 +12,7 @@ use mcp_code_mode::engine::{Job, Limits, Outcome, Pool, SandboxConfig, Snapshot,
 use mcp_code_mode::hub::Hub;
 use mcp_code_mode::local::LocalPython;
 use mcp_code_mode::replay::{self, Cassette, MatchMode, Player, Recorder, Redactor};
+use mcp_code_mode::server::sessions::{SessionLimits, Sessions};
 use mcp_code_mode::server::{DataOptions, ServeOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -119,6 +120,7 @@ fn sandbox_flags_given(matches: &ArgMatches) -> Vec<&'static str> {
         ("memory_mb", "--memory-mb"),
         ("wheels", "--wheels"),
         ("preload", "--preload"),
+        ("code_session_memory_mb", "--code-session-memory-mb"),
     ]
     .into_iter()
     .filter(|(id, _)| {
@@ -237,6 +239,17 @@ fn sandboxes(
         return Ok(Pool::local(python, limits.limits()));
     }
     packages.apply()?;
+    sandbox_pool(kind, limits, packages, no_snapshot, ahead_of_demand)
+}
+
+/// [`sandboxes`] once the process's packages are set: a pool of thread or forked sandboxes.
+fn sandbox_pool(
+    kind: SandboxArg,
+    limits: &LimitArgs,
+    packages: &PackageArgs,
+    no_snapshot: bool,
+    ahead_of_demand: Option<usize>,
+) -> anyhow::Result<Arc<Pool>> {
     Ok(match kind.sandbox {
         SandboxKind::Thread => Pool::new(
             limits.limits(),
@@ -328,6 +341,8 @@ struct ServeArgs {
     approve_all: bool,
     #[command(flatten)]
     data: DataArgs,
+    #[command(flatten)]
+    sessions: SessionFlags,
     #[command(flatten)]
     http: HttpArgs,
 }
@@ -421,6 +436,45 @@ impl DataArgs {
             options.max_files_bytes
         );
         Ok(options)
+    }
+}
+
+/// execute_code's sessions (see README, "Sessions"); each flag, else the config's "sessions".
+#[derive(Args)]
+struct SessionFlags {
+    /// Sessions live at once, across all clients (default: the config's "sessions": {"max"},
+    /// else 8).
+    #[arg(long = "max-code-sessions", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_code_sessions: Option<u64>,
+    /// Seconds without a call after which a session ends (default: the config's "idle_s", else
+    /// 600).
+    #[arg(long = "code-session-idle", value_name = "SECONDS", value_parser = config::parse_timeout)]
+    code_session_idle: Option<f64>,
+    /// MiB one session's sandbox may use in all, across its calls (default: the config's
+    /// "memory_mb", else --memory-mb).
+    #[arg(long = "code-session-memory-mb", value_name = "MIB", value_parser = clap::value_parser!(u64).range(MEMORY_MB))]
+    code_session_memory_mb: Option<u64>,
+}
+
+impl SessionFlags {
+    /// The flags, else the config file's, else the defaults.
+    fn limits(&self, config: Option<&Config>, limits: &LimitArgs) -> SessionLimits {
+        let file = config.map(|c| c.sessions).unwrap_or_default();
+        SessionLimits {
+            max: self
+                .max_code_sessions
+                .map(|n| n as usize)
+                .or(file.max)
+                .unwrap_or(SessionLimits::DEFAULT_MAX),
+            idle: self
+                .code_session_idle
+                .or(file.idle_s)
+                .map_or(SessionLimits::DEFAULT_IDLE, Duration::from_secs_f64),
+            memory_mb: self
+                .code_session_memory_mb
+                .or(file.memory_mb)
+                .unwrap_or(limits.memory_mb),
+        }
     }
 }
 
@@ -735,14 +789,33 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let limits = args.limits.limits();
     let data = args.data.options(config.as_ref())?;
     let local = args.executor.local(config.as_ref()).await?;
+    let keeps_sessions = local.is_none();
+    let packages = args.packages.or_config(config.as_ref());
     let pool = sandboxes(
         args.sandbox,
         &args.limits,
-        &args.packages.or_config(config.as_ref()),
+        &packages,
         args.no_snapshot,
         Some(args.pool_size as usize),
         local,
     )?;
+    let sessions = keeps_sessions
+        .then(|| {
+            let session_limits = args.sessions.limits(config.as_ref(), &args.limits);
+            // Sessions with a memory limit of their own take sandboxes from their own pool (a
+            // second zygote, started on the first session), made on demand.
+            let session_pool = if session_limits.memory_mb == args.limits.memory_mb {
+                pool.clone()
+            } else {
+                let limits = LimitArgs {
+                    memory_mb: session_limits.memory_mb,
+                    ..args.limits.clone()
+                };
+                sandbox_pool(args.sandbox, &limits, &packages, args.no_snapshot, None)?
+            };
+            anyhow::Ok(Sessions::new(session_pool, session_limits))
+        })
+        .transpose()?;
     let record = match &args.record_dir {
         Some(dir) => {
             let redactor = Redactor::for_config(config.as_ref(), &args.redact);
@@ -769,6 +842,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         record,
         approvals: Arc::new(approvals),
         data,
+        sessions,
     };
     if let Some(http) = http {
         mcp_code_mode::server::http::serve_http(hub, pool, options, http).await?;

@@ -554,3 +554,90 @@ async fn pooled_sandboxes_share_no_state() {
         "the pool refills"
     );
 }
+
+/// One sandbox running a session's jobs in order (shared with `fork.rs`, which passes forked
+/// children): each job sees the globals, imports and files the previous left, prints and tool
+/// calls are each job's own, nothing a job left behind runs between jobs, the same seed gives
+/// the same outputs, and a job past its timeout ends the sandbox for good.
+pub async fn check_a_sessions_jobs<F, Fut>(make: F)
+where
+    F: Fn(Option<u64>) -> Fut,
+    Fut: std::future::Future<Output = Sandbox>,
+{
+    use mcp_code_mode::engine::RunControl;
+    async fn step(sandbox: &mut Sandbox, code: &str) -> mcp_code_mode::engine::Outcome {
+        let (outcome, alive) = sandbox
+            .execute_kept(Job::new(code), RunControl::new())
+            .await;
+        assert!(
+            alive,
+            "the sandbox ended after {code:?}: {:?}",
+            outcome.error
+        );
+        assert_eq!(outcome.error, None, "{code}: {}", outcome.stderr);
+        outcome
+    }
+    let steps = [
+        "import json, random\nx = 41\nwith open('/tmp/kept.txt', 'w') as f:\n    f.write('kept')\nprint('one')\nrandom.random()",
+        "print(open('/tmp/kept.txt').read())\n(x + 1, json.dumps([1]), random.random())",
+    ];
+    let mut session = make(Some(7)).await;
+    let first = step(&mut session, steps[0]).await;
+    let second = step(&mut session, steps[1]).await;
+    assert_eq!(first.stdout, "one\n");
+    assert_eq!(second.stdout, "kept\n", "each job's output is its own");
+    assert_eq!(second.result[0], 42);
+    assert_eq!(second.result[1], "[1]");
+    // A task the job leaves running does not run between jobs (the isolate is not driven).
+    let started = step(
+        &mut session,
+        "import asyncio\nticks = [0]\nasync def tick():\n    while True:\n        ticks[0] += 1\n        await asyncio.sleep(0.01)\nkeep = asyncio.ensure_future(tick())\nawait asyncio.sleep(0.05)\nticks[0]",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later = step(&mut session, "ticks[0]").await;
+    let (before, after) = (
+        started.result.as_i64().unwrap(),
+        later.result.as_i64().unwrap(),
+    );
+    assert!(
+        after - before < 10,
+        "the task ticked {} times between jobs",
+        after - before
+    );
+    // The same seed and the same jobs: the same outputs.
+    let mut again = make(Some(7)).await;
+    let first_again = step(&mut again, steps[0]).await;
+    let second_again = step(&mut again, steps[1]).await;
+    assert_eq!(
+        (&first.result, &second.result),
+        (&first_again.result, &second_again.result)
+    );
+    // A job past its timeout ends the sandbox; it takes no job after.
+    let mut job = Job::new("print('before', flush=True)\nwhile True:\n    pass");
+    job.timeout = Some(Duration::from_secs(1));
+    let (timed_out, alive) = session.execute_kept(job, RunControl::new()).await;
+    assert!(!alive);
+    assert_eq!(timed_out.error.unwrap().kind, "TimeoutError");
+    assert_eq!(timed_out.stdout, "before\n");
+    let (after_end, alive) = session.execute_kept(Job::new("x"), RunControl::new()).await;
+    assert!(!alive && after_end.error.is_some(), "{after_end:?}");
+    // So does a MemoryError: the session's memory is spent.
+    let (memory, alive) = again
+        .execute_kept(Job::new("bytearray(1 << 30)"), RunControl::new())
+        .await;
+    assert_eq!(memory.error.unwrap().kind, "MemoryError");
+    assert!(!alive);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_sandbox_runs_a_sessions_jobs_in_order() {
+    check_a_sessions_jobs(|seed| async move {
+        let config = mcp_code_mode::engine::SandboxConfig {
+            seed,
+            ..crate::util::config(Limits::default())
+        };
+        Sandbox::new(config).await.expect("sandbox boots")
+    })
+    .await;
+}

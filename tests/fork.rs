@@ -181,3 +181,25 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         .await;
     assert_eq!((plain.stdout.as_str(), plain.stderr.as_str()), ("1\n", ""));
 }
+
+/// A forked child running a session's jobs in order (the checks are `engine.rs`'s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_child_runs_a_sessions_jobs_in_order() {
+    use mcp_code_mode::engine::{Limits, Pool, SandboxConfig, ZygoteCommand};
+    let command = ZygoteCommand {
+        program: crate::util::BIN.into(),
+        args: vec!["__zygote".into()],
+    };
+    let pool = Pool::forks(command, Limits::default(), 0);
+    crate::engine::check_a_sessions_jobs(|seed| {
+        let pool = pool.clone();
+        async move {
+            let config = SandboxConfig {
+                seed,
+                ..SandboxConfig::new(Limits::default(), None)
+            };
+            pool.take_for(config).await.expect("a child forks")
+        }
+    })
+    .await;
+}

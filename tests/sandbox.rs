@@ -126,8 +126,8 @@ fn the_outcome_cannot_be_forged_and_boot_ops_close() {
         ..Default::default()
     });
     let (ready_tx, _ready_rx) = tokio::sync::oneshot::channel();
-    let (_job_tx, job_rx) = tokio::sync::oneshot::channel();
-    let (outcome_tx, mut outcome_rx) = tokio::sync::oneshot::channel();
+    let (_job_tx, job_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     {
         let state = js.op_state();
         let mut state = state.borrow_mut();

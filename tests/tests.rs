@@ -15,4 +15,5 @@ mod remote;
 mod replay;
 mod sandbox;
 mod server;
+mod sessions;
 mod util;

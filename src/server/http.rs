@@ -157,7 +157,12 @@ pub async fn serve_http(
     sessions.session_config.keep_alive = Some(http.session_idle);
     let sessions = Arc::new(sessions);
     let shutdown = CancellationToken::new();
-    let server = CodeModeServer::new(hub.clone(), pool.clone(), options);
+    let mut server = CodeModeServer::new(hub.clone(), pool.clone(), options);
+    if http.stateless && server.no_sessions.is_none() {
+        server.no_sessions = Some(
+            "this server runs stateless HTTP (--stateless), where no request knows the one before",
+        );
+    }
     let draining = server.draining.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(server.for_new_session()),

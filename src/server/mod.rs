@@ -2,14 +2,16 @@
 //! streamable HTTP (`http`).
 //!
 //! The only module that knows MCP's server side. Each `execute_code` gets its own fresh sandbox
-//! (several calls run at once; one slow script holds up no other), reports progress when the
-//! client asked for it, and stops its sandbox on `notifications/cancelled`.
+//! (several calls run at once; one slow script holds up no other), or, when it names a session
+//! (`sessions`), that session's sandbox; it reports progress when the client asked for it, and
+//! stops its sandbox on `notifications/cancelled`.
 //! **Invariant:** nothing but MCP messages reaches stdout.
 
 mod approval;
 mod catalog;
 pub mod http;
 pub mod runs;
+pub mod sessions;
 
 use crate::approval::{Approvals, ApprovingHost, Described};
 use crate::bridge::view::PythonView;
@@ -35,6 +37,7 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sessions::{Lease, Owner, Sessions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +69,13 @@ pub struct ExecutionReport {
     /// stdout, stderr or result too large to show whole: what is shown, and where the whole is.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub truncated: Vec<Truncated>,
+    /// The session this call ran in (pass it as `session` to go on in it), else absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Set when this call ended its session (a limit it hit), saying why: the session's
+    /// globals and files are gone, and its id takes no more calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_ended: Option<String>,
 }
 
 /// A file the script left under /output/.
@@ -94,6 +104,13 @@ pub struct Truncated {
     pub note: String,
 }
 
+/// What the report says of the call's session.
+#[derive(Default)]
+struct SessionNote {
+    id: Option<String>,
+    ended: Option<String>,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ExecuteCodeArgs {
     /// Python 3.14 source. Call tools as `tools.<server>.<tool>(arg=...)` (or `await` them);
@@ -110,6 +127,11 @@ pub struct ExecuteCodeArgs {
     #[serde(default)]
     #[schemars(with = "Option<std::collections::BTreeMap<String, FileContent>>")]
     pub files: Option<Map<String, Value>>,
+    /// "new" starts a session: the report's `session` is its id. Pass that id in later calls to
+    /// run them in the same interpreter (globals, imports and files kept; calls run one at a
+    /// time). Leave out for a fresh sandbox that is gone after the call.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// A file's content in `execute_code`'s `files`.
@@ -124,6 +146,12 @@ pub enum FileContent {
         /// The bytes, base64 (standard alphabet).
         base64: String,
     },
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionArgs {
+    /// The session's id, from an execute_code report's `session`.
+    pub session: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -177,6 +205,9 @@ pub struct ServeOptions {
     pub approvals: Arc<Approvals>,
     /// Files in and out, large results, and how long what they leave is kept.
     pub data: DataOptions,
+    /// `execute_code`'s sessions (shared by every client, each reaching only its own); None
+    /// where there are none (the local executor).
+    pub sessions: Option<Arc<Sessions>>,
 }
 
 /// `execute_code`'s files in and out, and what its report shows inline.
@@ -274,6 +305,11 @@ pub struct CodeModeServer {
     /// Over HTTP, this session's copy: its peer is told of tools/list_changed until the session
     /// ends (stdio announces to its one peer from `serve_stdio`).
     session: Option<Session>,
+    /// Who this copy's code sessions belong to: the stdio client, or this HTTP session.
+    owner: Owner,
+    /// Why this server keeps no code sessions, when it keeps none (the local executor, or
+    /// stateless HTTP, where no request knows the one before).
+    no_sessions: Option<&'static str>,
     /// The catalogue with each tool's policy shown, and executions paused on an approval.
     described: Arc<Described>,
     paused: approval::Paused,
@@ -285,11 +321,16 @@ pub struct CodeModeServer {
 #[tool_router]
 impl CodeModeServer {
     pub fn new(hub: Arc<Hub>, pool: Arc<Pool>, options: ServeOptions) -> Self {
+        let no_sessions = pool.local_python().is_some().then_some(
+            "the local executor (--executor local) keeps no sessions: each script runs in a fresh host Python process",
+        );
         Self {
             hub,
             pool,
             draining: CancellationToken::new(),
             session: None,
+            owner: Owner::STDIO,
+            no_sessions,
             described: Default::default(),
             paused: Default::default(),
             runs: Arc::new(runs::RunStore::new(options.data.keep)),
@@ -338,6 +379,18 @@ impl CodeModeServer {
                 ))])
                 .into())
             }
+        };
+        let session = match args.session {
+            None => None,
+            Some(requested) => match self.sessions_here() {
+                Ok(sessions) => Some((sessions.clone(), requested)),
+                Err(why) => {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "{why}. Leave session out: each call then runs in a fresh sandbox"
+                    ))])
+                    .into())
+                }
+            },
         };
         let execution_id = crate::replay::new_execution_id();
         let progress = meta
@@ -395,15 +448,44 @@ impl CodeModeServer {
         // Its own task, so an execution paused on a 2026-07-28 approval outlives this request.
         // Dropping it (on cancellation) drops the sandbox, which terminates its isolate.
         let task = tokio::spawn(async move {
-            let sandbox = this
-                .pool
-                .take(tools)
-                .await
-                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            let (sandbox, lease) = match session {
+                None => (
+                    this.pool
+                        .take(tools)
+                        .await
+                        .map_err(|e| McpError::internal_error(e.to_string(), None))?,
+                    None,
+                ),
+                Some((sessions, requested)) => {
+                    match session_sandbox(&sessions, this.owner, &requested, tools).await {
+                        Ok((sandbox, lease)) => (sandbox, Some(lease)),
+                        Err(refused) => return Ok(refused),
+                    }
+                }
+            };
             if let Some(p) = &progress {
                 p.send("running".into()).await;
             }
-            let mut outcome = sandbox.execute_with(job, control).await;
+            let (mut outcome, note) = match lease {
+                None => (
+                    sandbox.execute_with(job, control).await,
+                    SessionNote::default(),
+                ),
+                Some(lease) => {
+                    let mut sandbox = sandbox;
+                    lease.running(control.clone());
+                    let (outcome, alive) = sandbox.execute_kept(job, control).await;
+                    let id = lease.id.clone();
+                    let ended = lease.finish(sandbox, alive, &outcome);
+                    (
+                        outcome,
+                        SessionNote {
+                            id: Some(id),
+                            ended,
+                        },
+                    )
+                }
+            };
             if let Some(call) = approving.stopped_call() {
                 let recorded =
                     |c: &ToolCallRecord| c.approval == call.approval && c.tool == call.tool;
@@ -411,7 +493,7 @@ impl CodeModeServer {
                     outcome.tool_calls.push(call);
                 }
             }
-            this.report(outcome, execution_id, recorder, script, timeout)
+            this.report(outcome, execution_id, note, recorder, script, timeout)
                 .await
         });
         let running = approval::Running {
@@ -427,6 +509,7 @@ impl CodeModeServer {
         &self,
         outcome: Outcome,
         execution_id: String,
+        session: SessionNote,
         recorder: Option<Arc<Recorder>>,
         script: Option<Script>,
         timeout: Duration,
@@ -454,7 +537,9 @@ impl CodeModeServer {
             }
         }
         let failed = outcome.error.is_some();
-        let (report, links) = self.keep_run(outcome, execution_id);
+        let (mut report, links) = self.keep_run(outcome, execution_id);
+        report.session = session.id;
+        report.session_ended = session.ended;
         let report = serde_json::to_value(report)
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let text = report_text(&report);
@@ -591,6 +676,8 @@ impl CodeModeServer {
             outputs,
             outputs_dropped: outcome.outputs_dropped,
             truncated,
+            session: None,
+            session_ended: None,
         };
         (report, links)
     }
@@ -600,6 +687,43 @@ impl CodeModeServer {
         self.session
             .as_ref()
             .map_or(0, |s| s.owner.load(Ordering::SeqCst))
+    }
+
+    #[tool(
+        description = "End a session started with execute_code(session=\"new\"): its sandbox, globals and files are gone (a call running in it is stopped).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn close_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let closed = self
+            .sessions_here()
+            .and_then(|sessions| sessions.close(self.owner, &args.session));
+        Ok(text_result(closed))
+    }
+
+    #[tool(
+        description = "Give a session a fresh interpreter under the same id: its globals, imports and files are gone (a call running in it is stopped); a session that ended on a limit starts again.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn reset_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let reset = match self.sessions_here() {
+            Ok(sessions) => sessions.reset(self.owner, &args.session).await,
+            Err(e) => Err(e),
+        };
+        Ok(text_result(reset))
     }
 
     #[tool(
@@ -770,6 +894,7 @@ struct Session {
     /// until then, as for a 2026-07-28 request, which belongs to no session (and for stdio).
     owner: Arc<AtomicU64>,
     _guard: Arc<tokio_util::sync::DropGuard>,
+    _sessions: Arc<EndsSessions>,
 }
 
 impl CodeModeServer {
@@ -781,14 +906,84 @@ impl CodeModeServer {
 
     fn for_new_session(&self) -> Self {
         let ended = CancellationToken::new();
+        let owner = Owner::fresh();
         Self {
             session: Some(Session {
                 _guard: Arc::new(ended.clone().drop_guard()),
+                _sessions: Arc::new(EndsSessions {
+                    sessions: self.options.sessions.clone(),
+                    owner,
+                }),
                 ended,
                 owner: Arc::new(AtomicU64::new(0)),
             }),
+            owner,
             ..self.clone()
         }
+    }
+
+    /// The code sessions this server keeps, or why it keeps none.
+    fn sessions_here(&self) -> Result<&Arc<Sessions>, String> {
+        match (&self.options.sessions, self.no_sessions) {
+            (Some(sessions), None) => Ok(sessions),
+            (_, why) => Err(format!(
+                "no sessions here: {}",
+                why.unwrap_or("this server keeps none")
+            )),
+        }
+    }
+}
+
+/// Ends an MCP session's code sessions when the last copy of its server goes.
+struct EndsSessions {
+    sessions: Option<Arc<Sessions>>,
+    owner: Owner,
+}
+
+impl Drop for EndsSessions {
+    fn drop(&mut self) {
+        if let Some(sessions) = &self.sessions {
+            sessions.end_owner(self.owner);
+        }
+    }
+}
+
+/// A session's sandbox for one call, with the hold that keeps its other calls waiting; or the
+/// result that refuses the call (an unknown or ended id, too many sessions).
+async fn session_sandbox(
+    sessions: &Sessions,
+    owner: Owner,
+    requested: &str,
+    tools: Arc<dyn ToolHost>,
+) -> Result<(crate::engine::Sandbox, Lease), CallToolResult> {
+    let refused = |message: String| CallToolResult::error(vec![ContentBlock::text(message)]);
+    let mut lease = if requested == "new" {
+        sessions.open(owner)
+    } else {
+        sessions.lease(owner, requested).await
+    }
+    .map_err(refused)?;
+    match lease.take_sandbox() {
+        Some(sandbox) => {
+            sandbox.set_tools(tools);
+            Ok((sandbox, lease))
+        }
+        None => match sessions.take_sandbox(tools).await {
+            Ok(sandbox) => Ok((sandbox, lease)),
+            Err(e) => {
+                let message = format!("the session's sandbox could not start: {e}");
+                lease.failed(&e.to_string());
+                Err(refused(message))
+            }
+        },
+    }
+}
+
+/// A tool result from a message: success, or the error that says what is wrong.
+fn text_result(result: Result<String, String>) -> CallToolResult {
+    match result {
+        Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
     }
 }
 
@@ -970,6 +1165,7 @@ pub async fn serve_stdio(
     pool: Arc<Pool>,
     options: ServeOptions,
 ) -> anyhow::Result<()> {
+    let sessions = options.sessions.clone();
     let server = CodeModeServer::new(hub.clone(), pool, options);
     // Subscribed before the handshake: servers start in the background, and one that comes up
     // while the client initializes must still be announced.
@@ -981,6 +1177,9 @@ pub async fn serve_stdio(
     let notifier = tokio::spawn(announce_changes(changes, running.peer().clone()));
     let quit = running.waiting().await;
     notifier.abort();
+    if let Some(sessions) = &sessions {
+        sessions.end_owner(Owner::STDIO);
+    }
     hub.shutdown().await;
     quit?;
     Ok(())

@@ -15,8 +15,8 @@
 //! any script runs; even so, every op validates its own arguments as if a script called it, and
 //! every deno_core built-in the sandbox does not use is disabled ([`KEPT_DENO_CORE_OPS`]).
 //! **Invariant:** boot-only ops (asset reads, the snapshot, the wasm cache, settings) refuse once
-//! the sandbox is ready; one-shot ops (ready, next job, report) act once; the outcome is accepted
-//! only with the token handed to the runner with the job.
+//! the sandbox is ready; `op_sandbox_ready` acts once; a job is handed out only when none runs,
+//! and its outcome is accepted only with the token handed to the runner with that job.
 //! **Invariant:** every host-side copy an op makes of its arguments is charged to the sandbox's
 //! [`memory::MemoryBudget`] before it is made, or refused.
 //! Ops are thin: they take what they need from `OpState` and call plain Rust.
@@ -37,7 +37,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 pub use output::{ForwardOutput, LiveOutput, SharedOutput, Stream};
 pub use tools::{
@@ -51,31 +51,40 @@ pub struct Entropy(pub ChaCha20Rng);
 /// Milliseconds for `performance.now()`, counted from the sandbox's creation.
 pub struct Clock(pub Instant);
 
-/// The lifecycle channels between the sandbox thread's JS and its `Sandbox` handle.
+/// The lifecycle channels between the sandbox's JS and the Rust that drives it.
 pub struct Lifecycle {
     /// JSON read once by main_deno.js: Pyodide's env, the memory cap, the Python prelude.
     pub settings_json: Option<String>,
     pub ready: Option<oneshot::Sender<Result<(), String>>>,
-    pub job: Option<oneshot::Receiver<String>>,
-    pub outcome: Option<oneshot::Sender<String>>,
-    /// Handed to the runner with the job; the outcome is accepted only with it, so a script
-    /// cannot report an outcome of its own.
+    /// The jobs, in order: one for a sandbox that runs one job, several for a session's. Out of
+    /// here while `op_sandbox_next_job` waits on it; closed when no job will come.
+    pub jobs: Option<mpsc::UnboundedReceiver<String>>,
+    pub outcomes: mpsc::UnboundedSender<String>,
+    /// Drawn afresh for each job and handed to the runner with it; the outcome is accepted only
+    /// with it, so a script cannot report an outcome of its own. Empty once the job reported.
     pub report_token: String,
+    /// A job was handed to the runner and has not reported yet: no other job is handed out.
+    pub job_running: bool,
+    /// A job has been handed out (warm-up rounds are over for good).
+    pub took_a_job: bool,
 }
 
 impl Lifecycle {
     pub fn new(
         settings_json: String,
         ready: oneshot::Sender<Result<(), String>>,
-        job: oneshot::Receiver<String>,
-        outcome: oneshot::Sender<String>,
+        jobs: mpsc::UnboundedReceiver<String>,
+        outcomes: mpsc::UnboundedSender<String>,
     ) -> Self {
         Self {
             settings_json: Some(settings_json),
             ready: Some(ready),
-            job: Some(job),
-            outcome: Some(outcome),
+            jobs: Some(jobs),
+            outcomes,
+            // Not empty until the first report: the driver pumps V8's tasks eagerly until then.
             report_token: Self::fresh_token(),
+            job_running: false,
+            took_a_job: false,
         }
     }
 
@@ -355,12 +364,12 @@ fn op_sandbox_ready(state: &mut OpState, #[string] error: &str) {
 }
 
 /// Between ready and the job: whether to run one more warm-up round (see [`IdleWarmUp`]).
-/// Answers `false` at once where there is no zygote, and once the job has been taken.
+/// Answers `false` at once where there is no zygote, and once a job has been taken.
 #[op2]
 async fn op_sandbox_idle(state: Rc<RefCell<OpState>>) -> bool {
     let warm = {
         let state = state.borrow();
-        if booting() || state.borrow::<Lifecycle>().job.is_none() {
+        if booting() || state.borrow::<Lifecycle>().took_a_job {
             return false;
         }
         state.try_borrow::<Rc<IdleWarmUp>>().cloned()
@@ -373,19 +382,39 @@ async fn op_sandbox_idle(state: Rc<RefCell<OpState>>) -> bool {
     warm.more.get()
 }
 
-/// The one job, as `{"token": ..., "job": ...}`: the token is what `op_sandbox_report` wants.
+/// The next job, as `{"token": ..., "job": ...}` (the token is what `op_sandbox_report` wants),
+/// or an empty string once no job will come. Refused while a job runs: only a runner that has
+/// reported takes the next one (a session's jobs run one at a time).
 #[op2]
 #[string]
 async fn op_sandbox_next_job(state: Rc<RefCell<OpState>>) -> Result<String, JsErrorBox> {
-    let job = state.borrow_mut().borrow_mut::<Lifecycle>().job.take();
-    let job =
-        job.ok_or_else(|| JsErrorBox::generic("this sandbox has already taken its one job"))?;
-    let job = job
-        .await
-        .map_err(|_| JsErrorBox::generic("the sandbox was discarded before it got a job"))?;
-    // Read once the job is here: a forked child draws its own token after the fork.
-    let token = state.borrow().borrow::<Lifecycle>().report_token.clone();
-    Ok(format!(r#"{{"token":"{token}","job":{job}}}"#))
+    let jobs = {
+        let mut state = state.borrow_mut();
+        let lifecycle = state.borrow_mut::<Lifecycle>();
+        if lifecycle.job_running {
+            return Err(JsErrorBox::generic(
+                "a job is running: the runner takes the next one after reporting it",
+            ));
+        }
+        lifecycle.jobs.take()
+    };
+    let mut jobs =
+        jobs.ok_or_else(|| JsErrorBox::generic("the runner is already waiting for a job"))?;
+    let job = jobs.recv().await;
+    let mut state = state.borrow_mut();
+    let lifecycle = state.borrow_mut::<Lifecycle>();
+    lifecycle.jobs = Some(jobs);
+    let Some(job) = job else {
+        return Ok(String::new());
+    };
+    lifecycle.took_a_job = true;
+    lifecycle.job_running = true;
+    // Drawn here, after any fork: each child, and each job, has its own.
+    lifecycle.report_token = Lifecycle::fresh_token();
+    Ok(format!(
+        r#"{{"token":"{}","job":{job}}}"#,
+        lifecycle.report_token
+    ))
 }
 
 #[op2(fast)]
@@ -395,15 +424,14 @@ fn op_sandbox_report(
     #[string] outcome_json: &str,
 ) -> Result<(), JsErrorBox> {
     let lifecycle = state.borrow_mut::<Lifecycle>();
-    if lifecycle.report_token.is_empty() || token != lifecycle.report_token {
+    if !lifecycle.job_running || token != lifecycle.report_token {
         return Err(JsErrorBox::type_error(
             "only the sandbox's runner reports the outcome",
         ));
     }
     lifecycle.report_token.clear();
-    if let Some(tx) = lifecycle.outcome.take() {
-        let _ = tx.send(outcome_json.to_owned());
-    }
+    lifecycle.job_running = false;
+    let _ = lifecycle.outcomes.send(outcome_json.to_owned());
     Ok(())
 }
 

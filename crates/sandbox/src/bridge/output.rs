@@ -99,6 +99,20 @@ impl SharedOutput {
         })
     }
 
+    /// What was captured, and a fresh start for the next job of a session (its own cap).
+    pub fn take_captured(&self) -> CapturedOutput {
+        let captured = self.captured();
+        self.clear();
+        captured
+    }
+
+    /// Forgets what was kept and dropped: the next job's output starts empty, under the whole cap.
+    pub fn clear(&self) {
+        let mut sink = self.0.lock();
+        sink.stdout = Kept::default();
+        sink.stderr = Kept::default();
+    }
+
     pub fn captured(&self) -> CapturedOutput {
         let sink = self.0.lock();
         let text = |stream, kept: &Kept| {

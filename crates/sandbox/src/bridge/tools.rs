@@ -228,6 +228,13 @@ impl ToolBridge {
         self.host.read().clone()
     }
 
+    /// The calls of the job that just ended; the next job of a session starts with none made and
+    /// all of its [`ToolBridge::max_calls`] slots.
+    pub fn take_job_calls(&self) -> Vec<ToolCallRecord> {
+        self.started.store(0, Ordering::SeqCst);
+        std::mem::take(&mut *self.calls.lock())
+    }
+
     pub fn set_host(&self, host: Arc<dyn ToolHost>) {
         *self.host.write() = host;
     }

@@ -16,7 +16,7 @@ use rand_chacha::ChaCha20Rng;
 use std::rc::Rc;
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 const MAIN_MODULE: &str = "file:///codemode/main_deno.js";
 /// A boot that has not finished by then is stuck, not slow.
@@ -46,11 +46,11 @@ pub(super) struct Prepared {
     pub ready_rx: oneshot::Receiver<Result<(), String>>,
 }
 
-/// The handle's half of a sandbox: how it hands over the job and learns what happened.
+/// The driver's half of a sandbox: how it hands the runner jobs and learns what happened.
 pub(super) struct Parts {
     pub limits: Limits,
-    pub job_tx: oneshot::Sender<String>,
-    pub outcome_rx: oneshot::Receiver<String>,
+    pub job_tx: mpsc::UnboundedSender<String>,
+    pub outcome_rx: mpsc::UnboundedReceiver<String>,
     pub output: SharedOutput,
     pub tools: ToolBridge,
     pub fate: Arc<Fate>,
@@ -65,8 +65,8 @@ pub(super) fn prepare(
     let output = SharedOutput::new(limits.max_output, config.live_output);
     let tools = ToolBridge::new(config.tools);
     let (ready_tx, ready_rx) = oneshot::channel();
-    let (job_tx, job_rx) = oneshot::channel();
-    let (outcome_tx, outcome_rx) = oneshot::channel();
+    let (job_tx, job_rx) = mpsc::unbounded_channel();
+    let (outcome_tx, outcome_rx) = mpsc::unbounded_channel();
     let entropy = super::entropy_source(config.seed)?;
     let mut settings = super::boot_settings(
         &limits,
@@ -119,10 +119,19 @@ pub(super) async fn spawn(
     let (stop_tx, stop_rx) = oneshot::channel();
     let (handle_tx, handle_rx) = oneshot::channel();
     let thread_fate = parts.fate.clone();
+    // The handle's jobs and outcomes pass through the thread's driver (see `drive_jobs`).
+    let (job_tx, handle_jobs) = mpsc::unbounded_channel();
+    let (handle_outcomes, outcome_rx) = mpsc::unbounded_channel();
+    let relay = Relay {
+        from_handle: handle_jobs,
+        to_runner: parts.job_tx,
+        from_runner: parts.outcome_rx,
+        to_handle: handle_outcomes,
+    };
     std::thread::Builder::new()
         .name("sandbox".into())
         .spawn(move || {
-            let result = run_thread(state, handle_tx, stop_rx, thread_fate.clone());
+            let result = run_thread(state, relay, handle_tx, stop_rx, thread_fate.clone());
             thread_fate.finish(result.err());
         })
         .map_err(|e| EngineError::Boot(format!("cannot start a sandbox thread: {e}")))?;
@@ -136,8 +145,8 @@ pub(super) async fn spawn(
     })?;
     let sandbox = Sandbox::Thread(ThreadSandbox {
         limits: parts.limits,
-        job_tx: Some(parts.job_tx),
-        outcome_rx: Some(parts.outcome_rx),
+        job_tx: Some(job_tx),
+        outcome_rx,
         isolate,
         stop_tx: Some(stop_tx),
         output: parts.output,
@@ -279,8 +288,17 @@ pub(super) fn poll_js(
     polled
 }
 
+/// The channels a sandbox thread's driver passes jobs and outcomes through.
+struct Relay {
+    from_handle: mpsc::UnboundedReceiver<String>,
+    to_runner: mpsc::UnboundedSender<String>,
+    from_runner: mpsc::UnboundedReceiver<String>,
+    to_handle: mpsc::UnboundedSender<String>,
+}
+
 fn run_thread(
     state: SandboxState,
+    relay: Relay,
     handle_tx: oneshot::Sender<v8::IsolateHandle>,
     stop_rx: oneshot::Receiver<()>,
     fate: Arc<Fate>,
@@ -300,14 +318,64 @@ fn run_thread(
     rt.block_on(async move {
         let run = async {
             let evaluated = load_main(&mut js).await?;
-            std::future::poll_fn(|cx| poll_js(&mut js, None, cx)).await?;
-            evaluated.await
+            let js = &mut js;
+            drive_jobs(
+                std::future::poll_fn(|cx| poll_js(js, None, cx)),
+                evaluated,
+                relay,
+            )
+            .await
         };
         tokio::select! {
             result = run => result,
             _ = stop_rx => Ok(()),
         }
     })
+}
+
+/// Drives the isolate while it boots and waits for its first job, and while a job runs; not at
+/// all between a session's jobs, so nothing a script left behind (a timer, a task) runs outside
+/// a job's time limit. A job arriving wakes the runner, waiting in `op_sandbox_next_job`.
+async fn drive_jobs(
+    event_loop: impl std::future::Future<Output = Result<(), String>>,
+    evaluated: impl std::future::Future<Output = Result<(), String>>,
+    mut relay: Relay,
+) -> Result<(), String> {
+    let run = async {
+        event_loop.await?;
+        evaluated.await
+    };
+    let mut run = std::pin::pin!(run);
+    let mut phase = Phase::Boot;
+    loop {
+        tokio::select! {
+            biased;
+            outcome = relay.from_runner.recv() => {
+                let Some(outcome) = outcome else { return Ok(()) };
+                phase = Phase::Idle;
+                if relay.to_handle.send(outcome).is_err() {
+                    return Ok(());
+                }
+            }
+            ended = &mut run, if phase != Phase::Idle => return ended,
+            job = relay.from_handle.recv(), if phase != Phase::Running => {
+                let Some(job) = job else { return Ok(()) }; // no more jobs: the sandbox ends
+                phase = Phase::Running;
+                let _ = relay.to_runner.send(job);
+            }
+        }
+    }
+}
+
+/// Where a sandbox's driver is (see [`drive_jobs`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Booting, or booted and waiting for its first job: driven.
+    Boot,
+    /// A job runs: driven.
+    Running,
+    /// Between a session's jobs: not driven.
+    Idle,
 }
 
 /// Serves main_deno.js and everything it imports from the binary. Any other specifier is an error.

@@ -1,12 +1,15 @@
 //! engine — one Python sandbox: a V8 isolate on its own thread running Pyodide, with limits.
 //!
 //! `Sandbox::new(config)` boots (or, later, restores) Pyodide and waits until it is ready;
-//! `Sandbox::execute(job)` runs one script and returns its [`Outcome`]. A sandbox runs exactly one
-//! job and is then destroyed, so nothing leaks from one script into the next.
+//! `Sandbox::execute(job)` runs one script and returns its [`Outcome`], and the sandbox is then
+//! destroyed, so nothing leaks from one script into the next. A session's sandbox instead runs
+//! its jobs one after another with [`Sandbox::execute_kept`], each seeing what the previous left
+//! (globals, imports, files), and is destroyed when the session ends.
 //!
 //! **Invariant:** V8 never leaves the sandbox thread; the handle talks to it through channels and
 //! the isolate's thread-safe handle (used only to terminate it).
-//! **Invariant:** a limit breach (timeout, V8 heap) ends the isolate; it is never reused.
+//! **Invariant:** a limit breach (timeout, V8 heap, MemoryError) ends the isolate; it is never
+//! reused. Between a session's jobs the isolate is not driven at all (see `isolate::drive_jobs`).
 
 pub mod control;
 pub mod files;
@@ -30,7 +33,7 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// Limits every sandbox runs under.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -348,18 +351,76 @@ impl Sandbox {
     /// for a person does not count against its timeout) and a way to stop the job.
     pub async fn execute_with(self, job: Job, control: RunControl) -> Outcome {
         match self {
-            Sandbox::Thread(s) => s.execute(job, control).await,
+            Sandbox::Thread(mut s) => s.run(job, control, false).await.0,
             Sandbox::Forked(s) => s.execute_with(job, control).await,
             Sandbox::Local(s) => s.execute(job, control).await,
         }
     }
+
+    /// Runs one job of a session: its globals, imports and files are those the session's earlier
+    /// jobs left, and its memory is counted in the same budget. Returns the outcome and whether
+    /// the sandbox can take another job: not once a job hit a limit (timeout, memory), was
+    /// stopped, or the sandbox failed; it is then already ended, and only to be dropped. The
+    /// local executor keeps no session: it refuses (see [`Sandbox::keeps_sessions`]).
+    pub async fn execute_kept(&mut self, job: Job, control: RunControl) -> (Outcome, bool) {
+        match self {
+            Sandbox::Thread(s) => s.run(job, control, true).await,
+            Sandbox::Forked(s) => s.run(job, control, true).await,
+            Sandbox::Local(_) => (
+                refused_outcome(
+                    "the local executor (--executor local) keeps no sessions: each script runs in a fresh host Python process",
+                ),
+                false,
+            ),
+        }
+    }
+
+    /// Whether this kind of sandbox can run a session's jobs ([`Sandbox::execute_kept`]).
+    pub fn keeps_sessions(&self) -> bool {
+        !matches!(self, Sandbox::Local(_))
+    }
+}
+
+/// Whether a job's outcome ends its session: a limit it hit (a script that runs out of the
+/// sandbox's memory gets a MemoryError; its state may be half-built), or a sandbox that ended.
+fn ends_session(outcome: &Outcome) -> bool {
+    outcome
+        .error
+        .as_ref()
+        .is_some_and(|e| e.kind == "MemoryError")
+}
+
+/// The outcome of a job that never ran.
+fn refused_outcome(message: &str) -> Outcome {
+    shape_outcome(
+        Err(ErrorInfo {
+            kind: "RuntimeError".into(),
+            message: message.into(),
+            traceback: String::new(),
+        }),
+        Default::default(),
+        Vec::new(),
+        usize::MAX,
+        &OutputLimits::default(),
+        Instant::now(),
+    )
+}
+
+/// The job as the runner reads it: a session's job says so (its globals are kept).
+fn job_json(job: &Job, session: bool) -> Value {
+    let mut value = serde_json::to_value(job).expect("a job serializes");
+    if session {
+        value["session"] = true.into();
+    }
+    value
 }
 
 /// A sandbox whose isolate runs on a thread of this process.
 pub struct ThreadSandbox {
     limits: Limits,
-    job_tx: Option<oneshot::Sender<String>>,
-    outcome_rx: Option<oneshot::Receiver<String>>,
+    /// None once the sandbox has ended: it takes no more jobs.
+    job_tx: Option<mpsc::UnboundedSender<String>>,
+    outcome_rx: mpsc::UnboundedReceiver<String>,
     isolate: deno_core::v8::IsolateHandle,
     stop_tx: Option<oneshot::Sender<()>>,
     output: SharedOutput,
@@ -369,38 +430,46 @@ pub struct ThreadSandbox {
 }
 
 impl ThreadSandbox {
-    async fn execute(mut self, job: Job, control: RunControl) -> Outcome {
+    /// Runs one job; returns its outcome and whether the sandbox can take another (see
+    /// [`Sandbox::execute_kept`]). A sandbox that cannot is stopped before this returns.
+    async fn run(&mut self, job: Job, control: RunControl, session: bool) -> (Outcome, bool) {
         let started = Instant::now();
         let start = tokio::time::Instant::now();
         let timeout = job.timeout.unwrap_or(self.limits.timeout);
-        let job_json = serde_json::to_string(&job).expect("a job serializes");
-        let outcome_rx = self.outcome_rx.take().expect("execute runs once");
+        let job_json = job_json(&job, session).to_string();
         let sent = self
             .job_tx
-            .take()
-            .map(|tx| tx.send(job_json).is_ok())
-            .unwrap_or(false);
+            .as_ref()
+            .is_some_and(|tx| tx.send(job_json).is_ok());
         let report = if !sent {
             Err(self.died().await)
         } else {
             tokio::select! {
-                outcome = outcome_rx => match outcome {
-                    Ok(json) => read_report(&json),
-                    Err(_) => Err(self.died().await),
+                outcome = self.outcome_rx.recv() => match outcome {
+                    Some(json) => read_report(&json),
+                    None => Err(self.died().await),
                 },
                 stop = control.expired(start, timeout) => Err(stopped_error(stop, timeout)),
             }
         };
-        self.stop();
-        let tool_calls = std::mem::take(&mut *self.tools.calls.lock());
-        shape_outcome(
+        let reported = report.is_ok();
+        if !reported {
+            self.stop();
+        }
+        let tool_calls = self.tools.take_job_calls();
+        let outcome = shape_outcome(
             report,
-            self.output.captured(),
+            self.output.take_captured(),
             tool_calls,
             self.limits.max_output,
             &job.outputs,
             started,
-        )
+        );
+        let alive = reported && !ends_session(&outcome);
+        if !alive {
+            self.stop();
+        }
+        (outcome, alive)
     }
 
     /// The error for a sandbox that ended without reporting.
@@ -417,6 +486,7 @@ impl ThreadSandbox {
 
     /// Ends the isolate wherever it is: in JS/wasm (terminate) or waiting in the event loop (stop).
     fn stop(&mut self) {
+        self.job_tx = None;
         self.isolate.terminate_execution();
         if let Some(tx) = self.stop_tx.take() {
             let _ = tx.send(());

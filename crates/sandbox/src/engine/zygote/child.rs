@@ -1,13 +1,15 @@
-//! A forked sandbox's life: seal itself, take its one job from the parent, run it, report, exit.
+//! A forked sandbox's life: seal itself, take its job from the parent, run it, report; take the
+//! next job of its session the same way; exit when the parent closes the socket.
 //!
 //! The child starts as a copy of the zygote's ready sandbox. It closes everything but its two
 //! sockets, makes its own tokio runtime (the zygote's is never touched again), draws its own
-//! entropy and report token, and seals itself (see `seal.rs`) before the job arrives. Tool ops
+//! entropy (and a report token per job), and seals itself (see `seal.rs`) before the job arrives.
+//! It drives its isolate only while a job runs: nothing a script left behind runs between jobs. Tool ops
 //! reach the parent's `ToolBridge` through [`RemotePort`]: the bytes the script sent, unparsed.
 
 use super::{frames, seal};
 use crate::bridge::memory::MemoryBudget;
-use crate::bridge::{Clock, Entropy, IdleWarmUp, Lifecycle, SharedOutput, Stream, ToolPort, Tools};
+use crate::bridge::{Clock, Entropy, IdleWarmUp, SharedOutput, Stream, ToolPort, Tools};
 use crate::engine::isolate::{self, Parts};
 use deno_core::{v8, JsBuffer, JsRuntime};
 use futures::future::LocalBoxFuture;
@@ -104,7 +106,6 @@ fn life(start: Start) -> Result<(), String> {
             UnixStream::from_raw_fd(seal::SYNC_FD),
         )
     };
-    let mut token = Lifecycle::fresh_token();
     // The parent's frames, read on a thread of their own with blocking reads: the zygote's
     // runtime (which this child keeps driving: the isolate's op driver lives on it) has no I/O
     // driver, by design, so nothing of it refers to a descriptor.
@@ -164,10 +165,6 @@ fn life(start: Start) -> Result<(), String> {
         ));
         op_state.put(Clock(Instant::now()));
         op_state.put(Tools(port.clone()));
-        std::mem::swap(
-            &mut op_state.borrow_mut::<Lifecycle>().report_token,
-            &mut token,
-        );
         let forward = events.clone();
         op_state
             .borrow::<SharedOutput>()
@@ -197,11 +194,12 @@ fn life(start: Start) -> Result<(), String> {
     job_json["reseed"] = true.into();
     let Parts {
         job_tx,
-        outcome_rx,
+        mut outcome_rx,
         fate,
         budget,
         ..
     } = parts;
+    let output = js.op_state().borrow().borrow::<SharedOutput>().clone();
     let _ = job_tx.send(job_json.to_string());
     // The runner waits between warm-up rounds (see `process::Warming`): on to the job.
     if let Some(warm) = js.op_state().borrow().try_borrow::<Rc<IdleWarmUp>>() {
@@ -209,39 +207,51 @@ fn life(start: Start) -> Result<(), String> {
     }
 
     rt.block_on(async {
-        let read_results = async {
-            while let Some(f) = frames_rx.recv().await {
-                if f.payload.len() < 8 {
-                    continue;
-                }
-                let id = u64::from_le_bytes(f.payload[..8].try_into().unwrap());
-                let text = String::from_utf8_lossy(&f.payload[8..]).into_owned();
-                if let Some(tx) = port.pending.borrow_mut().remove(&id) {
-                    let _ = tx.send(text);
-                }
-            }
-            // The parent closed the socket: nobody wants this execution any more.
-        };
-        let mut outcome_rx = outcome_rx;
         let run = async {
-            let ended = tokio::select! {
-                biased;
-                outcome = &mut outcome_rx => outcome.map_err(|_| None),
-                ended = async {
-                    std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)).await?;
-                    evaluated.await
-                } => Err(ended.err()),
-            };
-            // The runner reports, then its module ends: both can happen in one turn.
-            let ended = ended.or_else(|reason| outcome_rx.try_recv().map_err(|_| reason));
-            match ended {
-                Ok(report) => send(&events, frames::REPORT, report.as_bytes()),
-                Err(reason) => send(&events, frames::DIED, died(&fate, &budget, reason).as_bytes()),
-            }
+            std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)).await?;
+            evaluated.await
         };
-        tokio::select! {
-            () = run => {},
-            () = read_results => {},
+        let mut run = std::pin::pin!(run);
+        let mut job_running = true;
+        loop {
+            tokio::select! {
+                biased;
+                outcome = outcome_rx.recv(), if job_running => {
+                    let Some(report) = outcome else { break };
+                    job_running = false;
+                    send(&events, frames::REPORT, report.as_bytes());
+                }
+                // Driven only while a job runs (see `isolate::drive_jobs`).
+                ended = &mut run, if job_running => {
+                    // The runner reports, then its module ends: both can happen in one turn.
+                    match outcome_rx.try_recv() {
+                        Ok(report) => send(&events, frames::REPORT, report.as_bytes()),
+                        Err(_) => send(&events, frames::DIED, died(&fate, &budget, ended.err()).as_bytes()),
+                    }
+                    break;
+                }
+                frame = frames_rx.recv() => {
+                    // None: the parent closed the socket, nobody wants this sandbox any more.
+                    let Some(f) = frame else { break };
+                    match f.tag {
+                        frames::CALL_RESULT if f.payload.len() >= 8 => {
+                            let id = u64::from_le_bytes(f.payload[..8].try_into().unwrap());
+                            let text = String::from_utf8_lossy(&f.payload[8..]).into_owned();
+                            if let Some(tx) = port.pending.borrow_mut().remove(&id) {
+                                let _ = tx.send(text);
+                            }
+                        }
+                        // A session's next job: its output starts empty under the whole cap.
+                        frames::JOB if !job_running => {
+                            let Ok(next) = serde_json::from_slice::<JobFrame>(&f.payload) else { break };
+                            output.clear();
+                            job_running = true;
+                            let _ = job_tx.send(next.job.to_string());
+                        }
+                        _ => {}
+                    }
+                }
+            }
         }
     });
     Ok(())

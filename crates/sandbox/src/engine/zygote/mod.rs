@@ -8,7 +8,9 @@
 //! ```
 //! **Invariant:** the server never forks itself; the zygote forks only from its one thread, with
 //! its isolate idle (the sandbox waits for its job), so every child copies a consistent isolate.
-//! **Invariant:** a child is sealed (seal.rs) before it reads its job, runs one job and exits.
+//! **Invariant:** a child is sealed (seal.rs) before it reads its first job, and runs one job, or
+//! the jobs of one session in order; it is driven only while a job runs, and exits when its
+//! parent closes the socket (or is killed).
 //! **Invariant:** the parent enforces the limits: it kills a child past its timeout (through the
 //! zygote, which alone knows whether the pid is still its child), reads every frame with a size
 //! limit, and re-checks every tool request in its own `ToolBridge` as if the child were hostile.
@@ -207,6 +209,7 @@ impl Zygote {
             pid,
             events: Some(to_tokio(events).map_err(|e| failed(e.to_string()))?),
             sync: Some(to_tokio(sync).map_err(|e| failed(e.to_string()))?),
+            conversation: None,
             seed,
             tools: ToolBridge::new(tools),
             output: SharedOutput::new(self.limits.max_output, live_output),
@@ -340,12 +343,14 @@ fn max_child_frame(max_output: usize, outputs: &super::OutputLimits) -> usize {
         + (1 << 20)
 }
 
-/// A sealed child process ready for one job.
+/// A sealed child process ready for one job (or a session's jobs, one after another).
 pub struct ForkedSandbox {
     zygote: Arc<Zygote>,
     pid: i32,
+    /// The sockets, until the first job turns them into the conversation.
     events: Option<tokio::net::UnixStream>,
     sync: Option<tokio::net::UnixStream>,
+    conversation: Option<Conversation>,
     seed: Option<u64>,
     tools: ToolBridge,
     output: SharedOutput,
@@ -353,6 +358,13 @@ pub struct ForkedSandbox {
     finished: bool,
     /// Forked before the zygote had finished warming up.
     forked_cold: bool,
+}
+
+/// The parent's side of the sockets, kept from one job of a session to the next.
+struct Conversation {
+    frames: tokio_util::codec::FramedRead<tokio::net::unix::OwnedReadHalf, frames::FrameCodec>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+    _sync_server: tokio_util::task::AbortOnDropHandle<()>,
 }
 
 enum Ended {
@@ -391,51 +403,83 @@ impl ForkedSandbox {
 
     /// Runs the job; its timeout counts only time `control` was not paused.
     pub async fn execute_with(mut self, job: super::Job, control: RunControl) -> super::Outcome {
+        self.run(job, control, false).await.0
+    }
+
+    /// Runs one job; returns its outcome and whether the child can take another (see
+    /// [`super::Sandbox::execute_kept`]). A child that cannot is killed before this returns.
+    pub(super) async fn run(
+        &mut self,
+        job: super::Job,
+        control: RunControl,
+        session: bool,
+    ) -> (super::Outcome, bool) {
         let started = Instant::now();
         let limits = self.zygote.limits;
         let timeout = job.timeout.unwrap_or(limits.timeout);
         let clock = (tokio::time::Instant::now(), timeout, control);
-        let events = self.events.take().expect("execute runs once");
-        let sync = self.sync.take().expect("execute runs once");
-        let sync_server = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(serve_sync(
-            sync,
-            self.tools.clone(),
-        )));
-        let ended = self.converse(events, &job, &clock, limits).await;
-        drop(sync_server);
+        if let (Some(events), Some(sync)) = (self.events.take(), self.sync.take()) {
+            let (reader, writer) = events.into_split();
+            self.conversation = Some(Conversation {
+                // Cancel-safe: a call that finishes while a frame is half read loses none of it.
+                // The output limits are the server's, the same for every job of a session.
+                frames: frames::reader(reader, max_child_frame(limits.max_output, &job.outputs)),
+                writer,
+                _sync_server: tokio_util::task::AbortOnDropHandle::new(tokio::spawn(serve_sync(
+                    sync,
+                    self.tools.clone(),
+                ))),
+            });
+        }
+        let ended = match self.conversation.take() {
+            Some(mut conversation) => {
+                let job = super::job_json(&job, session);
+                let ended = self.converse(&mut conversation, &job, &clock).await;
+                if matches!(ended, Ended::Report(_)) {
+                    self.conversation = Some(conversation);
+                }
+                ended
+            }
+            None => Ended::Broken("it has already ended".into()),
+        };
         let report = match ended {
             Ended::Report(json) => read_report(&String::from_utf8_lossy(&json)),
             Ended::Died(json) => Err(self.died(&json, limits.memory_mb)),
             Ended::Stopped(stop) => Err(stopped_error(stop, timeout)),
             Ended::Broken(why) => Err(self.broken(why).await),
         };
-        self.finish();
-        let tool_calls = std::mem::take(&mut *self.tools.calls.lock());
-        shape_outcome(
+        let reported = report.is_ok();
+        let tool_calls = self.tools.take_job_calls();
+        let outcome = shape_outcome(
             report,
-            self.output.captured(),
+            self.output.take_captured(),
             tool_calls,
             limits.max_output,
             &job.outputs,
             started,
-        )
+        );
+        let alive = reported && !super::ends_session(&outcome);
+        if !alive {
+            self.conversation = None;
+            self.finish();
+        }
+        (outcome, alive)
     }
 
     /// Hands over the job, then serves the child until it reports, dies or runs out of time.
     async fn converse(
         &self,
-        events: tokio::net::UnixStream,
-        job: &super::Job,
+        conversation: &mut Conversation,
+        job: &serde_json::Value,
         (start, timeout, control): &(tokio::time::Instant, Duration, RunControl),
-        limits: Limits,
     ) -> Ended {
-        let (reader, mut writer) = events.into_split();
+        let Conversation { frames, writer, .. } = conversation;
+        // The child draws its randomness from the seed with its first job only: a session's
+        // later jobs go on with the same stream (same seed, same jobs: same outputs).
         let first = serde_json::json!({"job": job, "seed": self.seed}).to_string();
-        if let Err(e) = frames::write(&mut writer, frames::JOB, &[first.as_bytes()]).await {
+        if let Err(e) = frames::write(writer, frames::JOB, &[first.as_bytes()]).await {
             return Ended::Broken(format!("could not send the job: {e}"));
         }
-        // Cancel-safe: a call that finishes while a frame is half read loses none of it.
-        let mut frames = frames::reader(reader, max_child_frame(limits.max_output, &job.outputs));
         let mut calls = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
@@ -478,7 +522,7 @@ impl ForkedSandbox {
                 }
                 Some(Ok((id, answer))) = calls.join_next() => {
                     let payload = frames::encode_result(id, &answer);
-                    if let Err(e) = frames::write(&mut writer, frames::CALL_RESULT, &[&payload]).await {
+                    if let Err(e) = frames::write(writer, frames::CALL_RESULT, &[&payload]).await {
                         return Ended::Broken(format!("could not answer a call: {e}"));
                     }
                 }
