@@ -50,7 +50,14 @@ pub fn parse_timeout(s: &str) -> Result<f64, String> {
 }
 
 /// Top-level keys besides the servers' object.
-const TOP_LEVEL_SETTINGS: &[&str] = &["executor", "python", "approvals", "packages", "data", "sessions"];
+const TOP_LEVEL_SETTINGS: &[&str] = &[
+    "executor",
+    "python",
+    "approvals",
+    "packages",
+    "data",
+    "sessions",
+];
 
 const KNOWN_FIELDS: &[&str] = &[
     "command",
