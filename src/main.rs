@@ -806,6 +806,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             // second zygote, started on the first session), made on demand.
             let session_pool = if session_limits.memory_mb == args.limits.memory_mb {
                 pool.clone()
+            } else if args.sandbox.sandbox == SandboxKind::Thread {
+                // Found by the sessions tests: isolates of two heap limits in one process left
+                // V8's shared worker threads waiting on a GC (CollectionBarrier) for good, and
+                // every later sandbox hung. A forked child is alone in its process.
+                anyhow::bail!(
+                    "a session memory limit of its own ({} MiB, --code-session-memory-mb or the config's \"sessions\") differs from --memory-mb ({} MiB), which --sandbox thread cannot keep apart yet: use --sandbox fork (the default), or give both the same value",
+                    session_limits.memory_mb,
+                    args.limits.memory_mb
+                );
             } else {
                 let limits = LimitArgs {
                     memory_mb: session_limits.memory_mb,

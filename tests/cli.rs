@@ -186,7 +186,7 @@ fn debug_drives_the_server_end_to_end_and_prints_a_transcript() {
         "{transcript}\n{}",
         text(&out.stderr)
     );
-    assert!(transcript.contains("» tools/list: 4 tools"), "{transcript}");
+    assert!(transcript.contains("» tools/list: 6 tools"), "{transcript}");
     assert!(
         transcript.contains("tool call: filesystem.read_text_file"),
         "{transcript}"
