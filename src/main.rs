@@ -320,6 +320,11 @@ struct ServeArgs {
     /// Boot Pyodide from scratch instead of restoring the embedded snapshot (slower; for comparison).
     #[arg(long = "no-snapshot")]
     no_snapshot: bool,
+    /// Derive every sandbox's randomness from N (random, uuid4, os.urandom, hash seed): the same
+    /// calls, or the same session's calls, give the same output. For tests and replays, never for
+    /// secrets; thread sandboxes then boot on demand (their seed is drawn at boot).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
     /// With `--sandbox thread`: sandboxes kept booted and ready (each is used once, then discarded).
     #[arg(long = "pool-size", default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=64))]
     pool_size: u16,
@@ -806,15 +811,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             // second zygote, started on the first session), made on demand.
             let session_pool = if session_limits.memory_mb == args.limits.memory_mb {
                 pool.clone()
-            } else if args.sandbox.sandbox == SandboxKind::Thread {
-                // Found by the sessions tests: isolates of two heap limits in one process left
-                // V8's shared worker threads waiting on a GC (CollectionBarrier) for good, and
-                // every later sandbox hung. A forked child is alone in its process.
-                anyhow::bail!(
-                    "a session memory limit of its own ({} MiB, --code-session-memory-mb or the config's \"sessions\") differs from --memory-mb ({} MiB), which --sandbox thread cannot keep apart yet: use --sandbox fork (the default), or give both the same value",
-                    session_limits.memory_mb,
-                    args.limits.memory_mb
-                );
             } else {
                 let limits = LimitArgs {
                     memory_mb: session_limits.memory_mb,
@@ -852,6 +848,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         approvals: Arc::new(approvals),
         data,
         sessions,
+        seed: args.seed,
     };
     if let Some(http) = http {
         mcp_code_mode::server::http::serve_http(hub, pool, options, http).await?;

@@ -208,6 +208,8 @@ pub struct ServeOptions {
     /// `execute_code`'s sessions (shared by every client, each reaching only its own); None
     /// where there are none (the local executor).
     pub sessions: Option<Arc<Sessions>>,
+    /// `--seed`: every sandbox (each call's, each session's) draws all its randomness from it.
+    pub seed: Option<u64>,
 }
 
 /// `execute_code`'s files in and out, and what its report shows inline.
@@ -451,13 +453,21 @@ impl CodeModeServer {
             let (sandbox, lease) = match session {
                 None => (
                     this.pool
-                        .take(tools)
+                        .take_seeded(tools, this.options.seed)
                         .await
                         .map_err(|e| McpError::internal_error(e.to_string(), None))?,
                     None,
                 ),
                 Some((sessions, requested)) => {
-                    match session_sandbox(&sessions, this.owner, &requested, tools).await {
+                    match session_sandbox(
+                        &sessions,
+                        this.owner,
+                        &requested,
+                        tools,
+                        this.options.seed,
+                    )
+                    .await
+                    {
                         Ok((sandbox, lease)) => (sandbox, Some(lease)),
                         Err(refused) => return Ok(refused),
                     }
@@ -955,6 +965,7 @@ async fn session_sandbox(
     owner: Owner,
     requested: &str,
     tools: Arc<dyn ToolHost>,
+    seed: Option<u64>,
 ) -> Result<(crate::engine::Sandbox, Lease), CallToolResult> {
     let refused = |message: String| CallToolResult::error(vec![ContentBlock::text(message)]);
     let mut lease = if requested == "new" {
@@ -968,7 +979,7 @@ async fn session_sandbox(
             sandbox.set_tools(tools);
             Ok((sandbox, lease))
         }
-        None => match sessions.take_sandbox(tools).await {
+        None => match sessions.take_sandbox(tools, seed).await {
             Ok(sandbox) => Ok((sandbox, lease)),
             Err(e) => {
                 let message = format!("the session's sandbox could not start: {e}");

@@ -194,8 +194,9 @@ impl Sessions {
     pub async fn take_sandbox(
         &self,
         tools: Arc<dyn crate::bridge::ToolHost>,
+        seed: Option<u64>,
     ) -> Result<Sandbox, crate::engine::EngineError> {
-        self.pool.take(tools).await
+        self.pool.take_seeded(tools, seed).await
     }
 
     /// Starts a session for `owner` and holds it for its first call.

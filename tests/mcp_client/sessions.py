@@ -140,6 +140,11 @@ async def check_limits(client, server, args):
     # A call without a session has the whole --memory-mb (512) to itself.
     fresh = ran(await execute(client, "len([bytearray(8 << 20) for _ in range(20)])"))
     expect(fresh["result"] == 20, fresh)
+    # Freshly booted session sandboxes sit idle between calls; none may hold up the others
+    # (with threads, their background compile jobs once held V8's shared workers for good).
+    sids = [ran(await execute(client, f"n = {i}", session="new"))["session"] for i in range(4)]
+    for i, sid in enumerate(sids):
+        expect(ran(await execute(client, "n", session=sid))["result"] == i, f"idle session {i}")
 
 
 async def check_idle(client, server, args):
@@ -199,6 +204,20 @@ async def check_isolation(client, server, args):
     expect(sid not in log, "a session id reached the log")
 
 
+async def check_seed(client, server, args):
+    """serve --seed 7: two sessions given the same calls print the same randomness, call after
+    call (random, uuid4, os.urandom); so does a call without a session, each time."""
+    steps = ["import random, uuid, os\nrandom.random()", "[random.random(), uuid.uuid4().hex, os.urandom(8).hex()]"]
+    runs = []
+    for _ in range(2):
+        sid = ran(await execute(client, steps[0], session="new"))["session"]
+        runs.append([ran(await execute(client, step, session=sid))["result"] for step in steps[1:]])
+    expect(runs[0] == runs[1], f"two sessions with the same calls differ: {runs}")
+    plain = [ran(await execute(client, steps[0] + "\n" + steps[1]))["result"] for _ in range(2)]
+    expect(plain[0] == plain[1], f"two calls with the same code differ: {plain}")
+    expect(len(set(map(str, runs[0][0]))) == 3, runs)
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 # What each check starts the server with, and whether it needs the downstream servers.
 FLAGS = {
@@ -207,6 +226,7 @@ FLAGS = {
     "idle": ["--code-session-idle", "1"],
     "cap": ["--max-code-sessions", "2"],
     "isolation": ["--max-code-sessions", "1"],
+    "seed": ["--seed", "7"],
 }
 NEEDS_TOOLS = {"basics"}
 HTTP_ONLY = {"isolation"}

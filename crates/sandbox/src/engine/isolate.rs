@@ -30,11 +30,20 @@ const LARGEST_V8_ALLOCATION: usize = 1 << 30;
 pub fn init_v8() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // Closes the `Function("...")` / eval route from Python into arbitrary host JS.
-        let _unrecognized = deno_core::v8_set_flags(vec![
+        // `--disallow-code-generation-from-strings` closes the `Function("...")` / eval route
+        // from Python into arbitrary host JS. The rest keeps JS compilation off V8's shared
+        // worker threads: a background compile job that needs a GC waits for its isolate's own
+        // thread, and a session's isolate is not driven between jobs (`drive_jobs`), so two such
+        // jobs held both workers for good and every other sandbox's boot hung on them (seen with
+        // gdb: `CollectionBarrier::AwaitCollectionBackground` under `ConcurrentBaselineCompiler`).
+        let unrecognized = deno_core::v8_set_flags(vec![
             "".into(),
             "--disallow-code-generation-from-strings".into(),
+            "--no-concurrent-sparkplug".into(),
+            "--no-concurrent-recompilation".into(),
+            "--no-concurrent-osr".into(),
         ]);
+        debug_assert_eq!(unrecognized, vec![String::new()], "V8 flags not recognized");
     });
 }
 

@@ -120,6 +120,27 @@ impl Pool {
         Ok(sandbox)
     }
 
+    /// A ready sandbox serving `tools` whose randomness all comes from `seed` (`serve --seed`:
+    /// the same calls then print the same), else as [`Pool::take`].
+    pub async fn take_seeded(
+        &self,
+        tools: Arc<dyn ToolHost>,
+        seed: Option<u64>,
+    ) -> Result<Sandbox, EngineError> {
+        if seed.is_none() {
+            return self.take(tools).await;
+        }
+        let mut config = match &self.source {
+            Source::Threads { limits, snapshot } => SandboxConfig::new(*limits, snapshot.clone()),
+            Source::Forks { limits, .. } | Source::Local { limits, .. } => {
+                SandboxConfig::new(*limits, None)
+            }
+        };
+        config.seed = seed;
+        config.tools = tools;
+        self.take_for(config).await
+    }
+
     /// A sandbox for `config`'s tools, seed and live output. A thread sandbox draws its seed at
     /// boot, so one boots for it; a forked child draws it with the job, so a waiting one serves.
     pub async fn take_for(&self, config: SandboxConfig) -> Result<Sandbox, EngineError> {
