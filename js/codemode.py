@@ -99,23 +99,31 @@ sorted(counts.items())[:3], total, len(found), repr(points[0]), message
 """
 
 
-# What installing and importing a wheelhouse package runs, without installing one: unpack a zip
-# into a scratch folder, load a module from a file, compile a large source (argparse's, read, not
-# imported). In a zygote, so that every child finds that code compiled and optimized already.
+# What installing and importing a wheelhouse package runs, without installing one: lay a wheel
+# out in a scratch folder and read its files, load a module from a file, compile a large
+# source (argparse's, read, not imported). In a zygote, so that every child finds that code
+# compiled and optimized already.
 WARM_IMPORT = """\
-import importlib.util, io, shutil, zipfile
-source = importlib.util.find_spec("argparse").loader.get_source("argparse")
-buffer = io.BytesIO()
-with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
-    z.writestr("warm_pkg/__init__.py", "VALUE = [1, 2, 3]\\n")
-    z.writestr("warm_pkg/big.py", source)
-with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as z:
-    z.extractall("/tmp/codemode-warm")
-spec = importlib.util.spec_from_file_location("warm_pkg", "/tmp/codemode-warm/warm_pkg/__init__.py")
+import codemode, importlib.util, os, shutil
+packages = codemode._WHEELHOUSE.packages()
+if packages:
+    # mpmath: 155 files with its bytecode, enough for V8 to optimize the install loop by the
+    # last warm-up round.
+    entry = packages.get("mpmath") or next(iter(packages.values()))
+    codemode._host().install_wheel(entry["file_name"], "/tmp/codemode-warm")
+    if entry.get("bytecode"):
+        codemode._host().install_wheel(entry["bytecode"], "/tmp/codemode-warm")
+    for folder, _, files in os.walk("/tmp/codemode-warm"):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                f.read()
+os.makedirs("/tmp/codemode-warm", exist_ok=True)
+with open("/tmp/codemode-warm/warm_pkg.py", "w") as f:
+    f.write("VALUE = [1, 2, 3]\\n")
+spec = importlib.util.spec_from_file_location("warm_pkg", "/tmp/codemode-warm/warm_pkg.py")
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-with open("/tmp/codemode-warm/warm_pkg/big.py") as f:
-    compile(f.read(), "<warm-up>", "exec")
+compile(importlib.util.find_spec("argparse").loader.get_source("argparse"), "<warm-up>", "exec")
 shutil.rmtree("/tmp/codemode-warm")
 module.VALUE
 """
@@ -466,9 +474,6 @@ class _Wheelhouse:
 
     def install(self, name, _seen=None):
         """Installs the package `name` (a lock name) and what it depends on; returns what it did."""
-        import io
-        import zipfile
-
         packages = self.packages()
         seen = set() if _seen is None else _seen
         key = name.lower().replace("_", "-").replace(".", "-")
@@ -481,17 +486,12 @@ class _Wheelhouse:
         done = []
         for dep in entry.get("depends", []):
             done += self.install(dep, seen)
-        data = _host().wheel(entry["file_name"])
-        if data is None:
+        # Its files (and the bytecode build.rs compiled for them, if the host has it) are laid out
+        # unread; each one's bytes come from the host when it is first opened (js/runner.js).
+        if not _host().install_wheel(entry["file_name"], _site_packages()):
             raise ModuleNotFoundError(f"the wheelhouse lists {entry['file_name']} but the host does not serve it", name=name)
-        with zipfile.ZipFile(io.BytesIO(data.to_bytes())) as wheel:
-            wheel.extractall(_site_packages())
-        del data
-        # Its sources compiled at build time, if the host has them (else compiled on import).
-        bytecode = _host().wheel(entry["bytecode"]) if entry.get("bytecode") else None
-        if bytecode is not None:
-            with zipfile.ZipFile(io.BytesIO(bytecode.to_bytes())) as pycs:
-                pycs.extractall(_site_packages())
+        if entry.get("bytecode"):
+            _host().install_wheel(entry["bytecode"], _site_packages())
         self.installed.add(key)
         return done + [key]
 

@@ -209,10 +209,32 @@ function startWorker() {
     },
     catalogJson: () => new TextDecoder().decode(syncRequest("GET", "catalog")),
     serverToolsJson: (server) => new TextDecoder().decode(syncRequest("POST", "server-tools", server)),
-    // The same wheels the V8 host embeds, from the parity server (a file name as the body).
+    // The same wheels the V8 host embeds, from the parity server (a file name as the body). A
+    // wheel's files come unpacked in one request, the first time one of them is read.
     wheelLock: () => new TextDecoder().decode(syncRequest("GET", "wheel-lock")),
-    wheel: (fileName) => syncRequest("POST", "wheel", fileName),
+    wheelIndex: (fileName) => {
+      const index = JSON.parse(new TextDecoder().decode(syncRequest("POST", "wheel-index", fileName)));
+      wheelIndexes.set(fileName, index);
+      return index;
+    },
+    wheelMember: (fileName, i, size) => {
+      let files = wheelFiles.get(fileName);
+      if (!files) {
+        const bytes = syncRequest("POST", "wheel-files", fileName);
+        files = [];
+        let at = 0;
+        for (const [, length] of wheelIndexes.get(fileName) ?? []) {
+          files.push(bytes.subarray(at, at + length));
+          at += length;
+        }
+        wheelFiles.set(fileName, files);
+      }
+      const bytes = files[i];
+      return bytes && bytes.length === size ? bytes.slice() : null;
+    },
   };
+  const wheelIndexes = new Map();
+  const wheelFiles = new Map();
 
   async function boot() {
     try {

@@ -10,7 +10,7 @@
  * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_idle,
  *           op_sandbox_next_job, op_sandbox_report,
  *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_catalog, op_tools_server_ready,
- *           op_wheels_lock, op_wheels_size, op_wheels_fill
+ *           op_wheels_lock, op_wheels_index, op_wheels_member_fill
  *           (and host_deno.js's own).
  */
 import { encodeCounted } from "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
@@ -36,14 +36,21 @@ const host = {
   serverToolsJson: (server) => ops.op_tools_server_catalog(encodeCounted(server)),
   serverReady: (server) => ops.op_tools_server_ready(encodeCounted(server)),
   wheelLock: () => ops.op_wheels_lock(),
-  // The buffer is allocated here (charged to the memory budget); the op copies the wheel into it.
-  wheel: (fileName) => {
-    const size = ops.op_wheels_size(encodeCounted(fileName));
-    if (size < 0) return null;
+  wheelIndex: (fileName) => {
+    const index = ops.op_wheels_index(encodeCounted(fileName));
+    return index ? JSON.parse(index) : null;
+  },
+  // The buffer is allocated here (charged to the memory budget); the op unpacks the file into it.
+  wheelMember: (fileName, i, size) => {
+    let name = wheelNames.get(fileName);
+    if (!name) wheelNames.set(fileName, (name = encodeCounted(fileName)));
     const bytes = new Uint8Array(size);
-    return ops.op_wheels_fill(encodeCounted(fileName), bytes) ? bytes : null;
+    return ops.op_wheels_member_fill(name, i, bytes) ? bytes : null;
   },
 };
+
+// A wheel's name, encoded once for all its files.
+const wheelNames = new Map();
 
 let pyodide;
 try {

@@ -106,6 +106,93 @@ fn a_forked_sandbox_imports_wheelhouse_packages_too() {
     assert_eq!(fork, run("thread"));
 }
 
+/// A wheel is installed without unpacking it: each file's bytes are read from the host when the
+/// file is first opened (js/runner.js). Everything a package or a script does with its files
+/// must behave as if the wheel had been unpacked: every file's bytes match the hash its RECORD
+/// gives, sizes show before a read, modules are listed, the bytecode is there, and writing,
+/// appending, truncating, renaming, copying and installing over files unread all see the bytes.
+#[test]
+fn an_installed_wheel_behaves_as_an_unpacked_one() {
+    let code = r##"
+import base64, codemode, csv, hashlib, importlib.metadata, importlib.util, os, pkgutil, shutil
+site = codemode._site_packages()
+codemode._WHEELHOUSE.install("pydantic")
+codemode._WHEELHOUSE.install("markdown")
+md = os.path.join(site, "markdown")
+# Listed and sized before a byte is read, folders too; a folder not yet looked into is not empty.
+modules = sorted(m.name for m in pkgutil.iter_modules([md]))
+assert "core" in modules and "util" in modules and "extensions" in modules, modules
+try:
+    os.rmdir(os.path.join(md, "extensions"))
+    raise AssertionError("removed a folder with files in it")
+except OSError as e:
+    assert e.errno == 55, e  # ENOTEMPTY (Emscripten's number)
+assert "toc.py" in os.listdir(os.path.join(md, "extensions"))
+assert os.path.isfile(os.path.join(site, "pydantic", "v1", "main.py"))
+# A reference copy of markdown's files, read in full.
+entry = codemode._WHEELHOUSE.packages()["markdown"]
+assert codemode._host().install_wheel(entry["file_name"], "/tmp/ref")
+def ref(name):
+    with open(os.path.join("/tmp/ref/markdown", name), "rb") as f:
+        return f.read()
+assert os.path.getsize(os.path.join(md, "core.py")) == len(ref("core.py")) > 20000
+# Every file of every installed distribution matches its RECORD.
+checked = 0
+for dist in importlib.metadata.distributions(path=[site]):
+    for row in csv.reader(dist.read_text("RECORD").splitlines()):
+        path, digest, size = row
+        if not digest:
+            continue
+        with open(os.path.join(site, path), "rb") as f:
+            data = f.read()
+        want = base64.urlsafe_b64decode(digest.split("=", 1)[1] + "==")
+        assert hashlib.sha256(data).digest() == want and len(data) == int(size), path
+        checked += 1
+# The bytecode build.rs compiled sits beside the sources, and the import uses it.
+import markdown.core
+assert markdown.core.__cached__ == importlib.util.cache_from_source(markdown.core.__file__)
+with open(markdown.core.__cached__, "rb") as f:
+    assert f.read(8)[4:8] == b"\x01\x00\x00\x00"  # a hash-based pyc whose source is not checked (PEP 552)
+# Writing to files no one has read yet.
+def path(name):
+    return os.path.join(md, name)
+with open(path("util.py"), "w") as f:
+    f.write("x = 1\n")
+with open(path("serializers.py"), "a") as f:
+    f.write("# end\n")
+os.truncate(path("blockparser.py"), 10)
+with open(path("htmlparser.py"), "r+b") as f:
+    f.write(b"abc")
+os.rename(path("postprocessors.py"), "/tmp/moved.py")
+shutil.copy(path("preprocessors.py"), "/tmp/copied.py")
+os.unlink(path("treeprocessors.py"))
+def read(p):
+    with open(p, "rb") as f:
+        return f.read()
+assert read(path("util.py")) == b"x = 1\n"
+assert read(path("serializers.py")) == ref("serializers.py") + b"# end\n"
+assert read(path("blockparser.py")) == ref("blockparser.py")[:10]
+assert read(path("htmlparser.py")) == b"abc" + ref("htmlparser.py")[3:]
+assert read("/tmp/moved.py") == ref("postprocessors.py") and not os.path.exists(path("postprocessors.py"))
+assert read("/tmp/copied.py") == ref("preprocessors.py")
+assert not os.path.exists(path("treeprocessors.py"))
+# Installing again over them puts every file back, as unzipping over them would.
+assert codemode._host().install_wheel(entry["file_name"], site)
+for name in ("util.py", "serializers.py", "blockparser.py", "htmlparser.py", "treeprocessors.py"):
+    assert read(path(name)) == ref(name), name
+assert not codemode._host().install_wheel("no-such-1.0-py3-none-any.whl", site)
+names = sorted(d.metadata["Name"].lower().replace("_", "-") for d in importlib.metadata.distributions(path=[site]))
+assert names == ["annotated-types", "markdown", "pydantic", "pydantic-core", "typing-extensions", "typing-inspection"], names
+print(checked > 150, importlib.metadata.version("markdown") == entry["version"])
+"##;
+    // Through `run`, which hands its sandboxes the bytecode build.rs compiled.
+    for kind in ["fork", "thread"] {
+        let v = json(&cli(&["run", "--json", "--sandbox", kind, "-"], code));
+        assert_eq!(v["error"], Value::Null, "{kind}: {v}");
+        assert_eq!(v["stdout"], "True True\n", "{kind}");
+    }
+}
+
 #[tokio::test]
 async fn a_module_the_wheelhouse_lacks_fails_naming_it() {
     let o = execute("import numpy").await;
@@ -323,6 +410,27 @@ fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(crate::util::text(&out.stderr).contains("preload: no package \"nonesuch\""));
+    // A wheel whose files would land outside site-packages.
+    let escaping = dir.path().join("escaping");
+    std::fs::create_dir(&escaping).unwrap();
+    {
+        let file = std::fs::File::create(escaping.join("evil-1.0-py3-none-any.whl")).unwrap();
+        let mut zip = zip_writer(file);
+        zip("evil/__init__.py", "");
+        zip(
+            "evil-1.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n\n",
+        );
+        zip("../../../tmp/evil.py", "print('escaped')\n");
+        zip("", "");
+    }
+    let out = cli(&["run", "--wheels", escaping.to_str().unwrap(), "-"], "1");
+    let stderr = crate::util::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("evil-1.0-py3-none-any.whl: the entry \"../../../tmp/evil.py\" would be installed outside site-packages"),
+        "{stderr}"
+    );
 }
 
 /// A minimal zip writer (stored entries) for the test's wheels; an empty name finishes the file.

@@ -380,6 +380,8 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
     let Some(session) = sessions.lock().get(token).cloned() else {
         return Response::error(404, format!("no parity run with token {token:?}"));
     };
+    let house = mcp_code_mode_sandbox::wheels::wheelhouse();
+    let wheel_name = std::str::from_utf8(&request.body).ok();
     match (method, endpoint) {
         ("GET", "") => Response::ok("text/html; charset=utf-8", PAGE),
         ("GET", "settings") => Response::ok("application/json", session.settings_json.clone()),
@@ -395,14 +397,12 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
             session.tools.server_tools(&request.body),
         ),
         ("POST", "tool") => tool_call(&session, &request.body).await,
-        ("GET", "wheel-lock") => Response::ok(
-            "application/json",
-            mcp_code_mode_sandbox::wheels::wheelhouse().lock_json(),
-        ),
-        ("POST", "wheel") => match std::str::from_utf8(&request.body)
-            .ok()
-            .and_then(|name| mcp_code_mode_sandbox::wheels::wheelhouse().wheel(name))
-        {
+        ("GET", "wheel-lock") => Response::ok("application/json", house.lock_json()),
+        ("POST", "wheel-index") => match wheel_name.and_then(|n| house.directory(n)) {
+            Some(directory) => Response::ok("application/json", directory.index_json().to_owned()),
+            None => Response::error(404, "no such wheel in the wheelhouse"),
+        },
+        ("POST", "wheel-files") => match wheel_name.and_then(|n| house.unpacked(n)) {
             Some(bytes) => Response::ok("application/octet-stream", bytes),
             None => Response::error(404, "no such wheel in the wheelhouse"),
         },
@@ -410,7 +410,7 @@ async fn route(request: &Request, sessions: &Sessions) -> Response {
         (
             _,
             "" | "settings" | "snapshot" | "entropy" | "catalog" | "server-tools" | "tool"
-            | "output" | "wheel-lock" | "wheel",
+            | "output" | "wheel-lock" | "wheel-index" | "wheel-files",
         ) => Response::error(405, format!("{method} is not allowed on {path}")),
         _ => Response::error(404, format!("no endpoint {endpoint:?} in a parity run")),
     }

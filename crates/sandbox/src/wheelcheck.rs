@@ -164,12 +164,16 @@ pub fn tag_mismatch(file: &str) -> Option<String> {
     }
 }
 
-/// The entries of a zip whose names `want` accepts, inflated: (name, bytes). A wheel's `.so`
-/// entries must be wasm modules.
-pub fn zip_entries(
-    zip: &[u8],
-    want: impl Fn(&str) -> bool,
-) -> Result<Vec<(String, Vec<u8>)>, String> {
+/// One entry of a zip's central directory: its name, its size unpacked, and where its data is.
+pub struct ZipEntry {
+    pub name: String,
+    pub size: usize,
+    method: u16,
+    data: std::ops::Range<usize>,
+}
+
+/// The entries of a zip, in its central directory's order, checked to lie inside `zip`.
+pub fn zip_directory(zip: &[u8]) -> Result<Vec<ZipEntry>, String> {
     let bad = || "not a zip file".to_owned();
     let u16_at = |at: usize| -> Result<usize, String> {
         zip.get(at..at + 2)
@@ -186,42 +190,101 @@ pub fn zip_entries(
         .find(|&i| zip[i..].starts_with(b"PK\x05\x06"))
         .ok_or("not a zip file (no end of central directory)")?;
     let (count, mut at) = (u16_at(end + 10)?, u32_at(end + 16)?);
-    let mut found = Vec::new();
+    let mut entries = Vec::with_capacity(count);
     for _ in 0..count {
         if !zip.get(at..).is_some_and(|z| z.starts_with(b"PK\x01\x02")) {
             return Err("a damaged central directory".into());
         }
-        let (method, size, raw_size) = (u16_at(at + 10)?, u32_at(at + 20)?, u32_at(at + 24)?);
+        let (method, packed, size) = (u16_at(at + 10)?, u32_at(at + 20)?, u32_at(at + 24)?);
         let (name_len, extra_len, comment_len) =
             (u16_at(at + 28)?, u16_at(at + 30)?, u16_at(at + 32)?);
         let local = u32_at(at + 42)?;
         let name_bytes = zip.get(at + 46..at + 46 + name_len).ok_or_else(bad)?;
         let name = String::from_utf8_lossy(name_bytes).into_owned();
         at += 46 + name_len + extra_len + comment_len;
-        if !want(&name) {
-            continue;
-        }
         let data_at = local + 30 + u16_at(local + 26)? + u16_at(local + 28)?;
-        let data = zip
-            .get(data_at..data_at + size)
-            .ok_or("an entry past the end")?;
-        let bytes = match method {
-            0 => data.to_vec(),
-            8 => miniz_oxide::inflate::decompress_to_vec(data)
-                .map_err(|e| format!("{name} does not inflate: {e:?}"))?,
-            _ => {
+        if data_at
+            .checked_add(packed)
+            .is_none_or(|end| end > zip.len())
+        {
+            return Err(format!("{name}: an entry past the end"));
+        }
+        entries.push(ZipEntry {
+            name,
+            size,
+            method: method as u16,
+            data: data_at..data_at + packed,
+        });
+    }
+    Ok(entries)
+}
+
+impl ZipEntry {
+    /// Its compression method (0 stored, 8 deflate; others are read by whoever knows them).
+    pub fn method(&self) -> u16 {
+        self.method
+    }
+
+    /// Its data as stored in `zip` (compressed).
+    pub fn packed<'z>(&self, zip: &'z [u8]) -> &'z [u8] {
+        &zip[self.data.clone()]
+    }
+
+    /// Unpacks the entry (of `zip`, the directory's own) into `dest`, which must be `size` long.
+    pub fn read_into(&self, zip: &[u8], dest: &mut [u8]) -> Result<(), String> {
+        let data = &zip[self.data.clone()];
+        let damaged = || format!("{} is damaged", self.name);
+        if dest.len() != self.size {
+            return Err(damaged());
+        }
+        match self.method {
+            0 if data.len() == dest.len() => dest.copy_from_slice(data),
+            8 => {
+                let written = miniz_oxide::inflate::decompress_slice_iter_to_slice(
+                    dest,
+                    std::iter::once(data),
+                    false,
+                    true,
+                )
+                .map_err(|e| format!("{} does not inflate: {e:?}", self.name))?;
+                if written != dest.len() {
+                    return Err(damaged());
+                }
+            }
+            0 => return Err(damaged()),
+            method => {
                 return Err(format!(
-                    "{name}: compression method {method} is not supported"
+                    "{}: compression method {method} is not supported",
+                    self.name
                 ))
             }
-        };
-        if bytes.len() != raw_size {
-            return Err(format!("{name} is damaged"));
         }
-        if name.ends_with(".so") && !bytes.starts_with(b"\0asm") {
-            return Err(format!("{name} is not a wasm module"));
+        Ok(())
+    }
+
+    pub fn read(&self, zip: &[u8]) -> Result<Vec<u8>, String> {
+        let mut bytes = vec![0; self.size];
+        self.read_into(zip, &mut bytes)?;
+        Ok(bytes)
+    }
+}
+
+/// The entries of a zip whose names `want` accepts, unpacked: (name, bytes). A wheel's `.so`
+/// entries must be wasm modules.
+pub fn zip_entries(
+    zip: &[u8],
+    want: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let mut found = Vec::new();
+    for entry in zip_directory(zip)? {
+        if !want(&entry.name) {
+            continue;
         }
-        found.push((name, bytes));
+        let bytes = entry.read(zip)?;
+        if entry.name.ends_with(".so") && !bytes.starts_with(b"\0asm") {
+            return Err(format!("{} is not a wasm module", entry.name));
+        }
+        found.push((entry.name, bytes));
     }
     Ok(found)
 }

@@ -9,7 +9,7 @@
 //!   snapshot `op_snapshot_read`, `op_snapshot_save`      js/main_deno.js
 //!   wasm     `op_wasm_cached_module`, `op_wasm_cache_module`   js/host_deno.js
 //!   memory   `op_memory_charge`                           js/host_deno.js
-//!   wheels   `op_wheels_lock|size|fill`, `op_wasm_compile_listed`   js/main_deno.js, js/host_deno.js
+//!   wheels   `op_wheels_lock|index|member_fill`, `op_wasm_compile_listed`   js/main_deno.js, js/host_deno.js
 //!
 //! **Invariant:** the sandbox's JS holds the ops in closures and deletes `globalThis.Deno` before
 //! any script runs; even so, every op validates its own arguments as if a script called it, and
@@ -223,8 +223,8 @@ deno_core::extension!(
         op_wasm_cache_module,
         op_memory_charge,
         op_wheels_lock,
-        op_wheels_size,
-        op_wheels_fill,
+        op_wheels_index,
+        op_wheels_member_fill,
         op_wasm_compile_listed,
     ],
     middleware = only_sandbox_ops,
@@ -564,26 +564,30 @@ fn op_wheels_lock() -> String {
     crate::wheels::wheelhouse().lock_json().to_owned()
 }
 
-fn wheel_named(name: &[u8]) -> Option<&'static [u8]> {
-    crate::wheels::wheelhouse().wheel(std::str::from_utf8(name).ok()?)
+fn utf8(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap_or_default()
 }
 
-/// A wheel's size in bytes, -1 if the wheelhouse has no such file. The sandbox then allocates the
-/// buffer (charged to its memory budget) that `op_wheels_fill` copies the wheel into.
-#[op2(fast)]
-fn op_wheels_size(#[buffer] name: &[u8]) -> f64 {
-    wheel_named(name).map_or(-1.0, |bytes| bytes.len() as f64)
+/// The files of a wheel (or of its bytecode zip) as JSON `[[path, size], …]`, "" if the wheelhouse
+/// has no such file. js/runner.js lays them out in the sandbox's filesystem unread.
+#[op2]
+#[string]
+fn op_wheels_index(#[buffer] name: &[u8]) -> String {
+    crate::wheels::wheelhouse()
+        .directory(utf8(name))
+        .map(|d| d.index_json().to_owned())
+        .unwrap_or_default()
 }
 
+/// Unpacks the `i`-th file of a wheel's index into `dest`, which the sandbox allocated (charged to
+/// its memory budget) at the size the index gave; false if there is no such file or it is not
+/// that size.
 #[op2(fast)]
-fn op_wheels_fill(#[buffer] name: &[u8], #[buffer] dest: &mut [u8]) -> bool {
-    match wheel_named(name) {
-        Some(bytes) if bytes.len() == dest.len() => {
-            dest.copy_from_slice(bytes);
-            true
-        }
-        _ => false,
+fn op_wheels_member_fill(#[buffer] name: &[u8], i: f64, #[buffer] dest: &mut [u8]) -> bool {
+    if !(i.is_finite() && i >= 0.0 && i.fract() == 0.0) {
+        return false;
     }
+    crate::wheels::wheelhouse().read_member(utf8(name), i as usize, dest)
 }
 
 /// Compiles `bytes` if they are exactly one of the wheelhouse's wasm modules (its sha256 is

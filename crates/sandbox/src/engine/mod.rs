@@ -113,7 +113,8 @@ pub async fn make_snapshot() -> Result<Vec<u8>, EngineError> {
 
 /// Compiles every wheelhouse package's Python sources once, at build time, in a sandbox (so with
 /// exactly the CPython that will load the bytecode): (wheel file name, zip of its
-/// `__pycache__/*.pyc`, unchecked-hash pycs whose file names are site-packages' own). Wheels ship
+/// `__pycache__/*.pyc`, unchecked-hash pycs whose file names are site-packages' own, each
+/// compressed with Zstandard). Wheels ship
 /// sources only; without this every fresh sandbox compiles what it imports.
 pub async fn make_bytecode(
     snapshot: Option<Snapshot>,
@@ -123,8 +124,7 @@ import codemode, compileall, io, os, py_compile, re, shutil, zipfile
 site = codemode._site_packages()
 for name, entry in sorted(codemode._WHEELHOUSE.packages().items()):
     root = f"/tmp/bytecode/{name}"
-    with zipfile.ZipFile(io.BytesIO(codemode._host().wheel(entry["file_name"]).to_bytes())) as wheel:
-        wheel.extractall(root)
+    codemode._host().install_wheel(entry["file_name"], root)
     # Test suites are left out: scripts do not import them, and they are half of sympy.
     compileall.compile_dir(root, ddir=site, quiet=2, rx=re.compile(r"/tests?/"), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     out = io.BytesIO()
@@ -159,7 +159,9 @@ for name, entry in sorted(codemode._WHEELHOUSE.packages().items()):
             .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
             .collect::<Result<Vec<u8>, _>>()
             .map_err(|e| EngineError::Boot(format!("compiling the wheelhouse: {file}: {e}")))?;
-        zips.push((format!("{file}.pyc.zip"), bytes));
+        let zip = crate::wheels::repack_zstd(&bytes, 9)
+            .map_err(|e| EngineError::Boot(format!("compiling the wheelhouse: {file}: {e}")))?;
+        zips.push((format!("{file}.pyc.zip"), zip));
     }
     Ok(zips)
 }
