@@ -330,7 +330,9 @@ fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
         let file = std::fs::File::create(path).unwrap();
         let mut zip = zip_writer(file);
         zip("hello_pkg/__init__.py", "import tabulate\ndef table(rows):\n    return tabulate.tabulate(rows, tablefmt='plain')\n");
-        zip("hello_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hello-pkg\nVersion: 1.0\nRequires-Dist: tabulate\nRequires-Dist: numpy; extra == 'np'\n\n");
+        // Markers are evaluated for the sandbox: six is needed there, numpy (an extra) and pywin32
+        // (Windows) are not, and are not in the wheelhouse, so start-up would refuse them.
+        zip("hello_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hello-pkg\nVersion: 1.0\nRequires-Dist: tabulate\nRequires-Dist: numpy; extra == 'np'\nRequires-Dist: six>=1.0; python_version >= \"3.8\" and platform_system == \"Emscripten\"\nRequires-Dist: pywin32 (>=300); sys_platform == \"win32\"\n\n");
         zip("", "");
     };
     wheel(&good.join("hello_pkg-1.0-py3-none-any.whl"));
@@ -346,9 +348,14 @@ fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
                 good_dir,
                 "-",
             ],
-            "import hello_pkg\nprint(hello_pkg.table([[1, 2]]))",
+            "import codemode, hello_pkg\nprint(hello_pkg.table([[1, 2]]))\nprint(sorted(codemode._WHEELHOUSE.installed))",
         );
-        assert_eq!(json(&out)["stdout"], "1  2\n", "{kind}: {}", json(&out));
+        assert_eq!(
+            json(&out)["stdout"],
+            "1  2\n['hello-pkg', 'six', 'tabulate']\n",
+            "{kind}: {}",
+            json(&out)
+        );
         let out = cli(
             &[
                 "run",
@@ -410,26 +417,40 @@ fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(crate::util::text(&out.stderr).contains("preload: no package \"nonesuch\""));
-    // A wheel whose files would land outside site-packages.
-    let escaping = dir.path().join("escaping");
-    std::fs::create_dir(&escaping).unwrap();
-    {
-        let file = std::fs::File::create(escaping.join("evil-1.0-py3-none-any.whl")).unwrap();
-        let mut zip = zip_writer(file);
-        zip("evil/__init__.py", "");
-        zip(
-            "evil-1.0.dist-info/METADATA",
-            "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n\n",
-        );
-        zip("../../../tmp/evil.py", "print('escaped')\n");
+    // Refused at start-up (exit 2), naming the wheel and what is wrong with it: a marker that
+    // cannot be read, and a file that would land outside site-packages.
+    let refused_wheel = |file: &str, entries: &[(&str, &str)], want: &str| {
+        let bad = dir.path().join(file);
+        std::fs::create_dir(&bad).unwrap();
+        let mut zip = zip_writer(std::fs::File::create(bad.join(file)).unwrap());
+        for (name, text) in entries {
+            zip(name, text);
+        }
         zip("", "");
-    }
-    let out = cli(&["run", "--wheels", escaping.to_str().unwrap(), "-"], "1");
-    let stderr = crate::util::text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("evil-1.0-py3-none-any.whl: the entry \"../../../tmp/evil.py\" would be installed outside site-packages"),
-        "{stderr}"
+        let out = cli(&["run", "--wheels", bad.to_str().unwrap(), "-"], "1");
+        let stderr = crate::util::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("{file}: {want}")), "{stderr}");
+    };
+    refused_wheel(
+        "odd-1.0-py3-none-any.whl",
+        &[
+            ("odd/__init__.py", ""),
+            ("odd-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: odd\nVersion: 1.0\nRequires-Dist: six; python_versoin >= '3'\n\n"),
+        ],
+        "METADATA's `Requires-Dist: six; python_versoin >= '3'`: the marker cannot be read: no marker variable \"python_versoin\"",
+    );
+    refused_wheel(
+        "evil-1.0-py3-none-any.whl",
+        &[
+            ("evil/__init__.py", ""),
+            (
+                "evil-1.0.dist-info/METADATA",
+                "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n\n",
+            ),
+            ("../../../tmp/evil.py", "print('escaped')\n"),
+        ],
+        "the entry \"../../../tmp/evil.py\" would be installed outside site-packages",
     );
 }
 

@@ -8,5 +8,6 @@ pub mod assets;
 pub mod bridge;
 pub mod engine;
 pub mod local;
+pub mod marker;
 pub mod wheelcheck;
 pub mod wheels;

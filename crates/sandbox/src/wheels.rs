@@ -359,8 +359,8 @@ impl Wheelhouse {
     }
 }
 
-/// A lock entry for a user's wheel, from its METADATA (dependencies without environment markers:
-/// a marker's dependency is not followed) and its files (the modules it provides).
+/// A lock entry for a user's wheel, from its METADATA (dependencies whose environment markers hold
+/// in the sandbox) and its files (the modules it provides).
 fn user_entry(file: &str, bytes: &[u8], sha256: String) -> Result<Value, String> {
     let wanted = |n: &str| {
         let mut parts = n.split('/');
@@ -388,16 +388,21 @@ fn user_entry(file: &str, bytes: &[u8], sha256: String) -> Result<Value, String>
         .next()
         .ok_or("METADATA has no Name")?;
     let version = field("Version").into_iter().next().unwrap_or_default();
-    let depends: Vec<String> = field("Requires-Dist")
-        .iter()
-        .filter(|r| !r.contains(';'))
-        .map(|r| {
-            let end = r
-                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-                .unwrap_or(r.len());
-            wheelcheck::normalize(&r[..end])
-        })
-        .collect();
+    // A dependency whose marker holds in the sandbox (not on this host) must be there.
+    let mut depends: Vec<String> = Vec::new();
+    for requirement in field("Requires-Dist") {
+        let (spec, marker) = requirement.split_once(';').unwrap_or((&requirement, ""));
+        let wanted = marker.trim().is_empty()
+            || crate::marker::evaluate(marker).map_err(|e| {
+                format!("METADATA's `Requires-Dist: {requirement}`: the marker cannot be read: {e}")
+            })?;
+        let end = spec
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .unwrap_or(spec.len());
+        if wanted && !spec[..end].is_empty() {
+            depends.push(wheelcheck::normalize(&spec[..end]));
+        }
+    }
     let mut imports: Vec<String> = Vec::new();
     for n in zip_names(bytes)? {
         let first = n.split('/').next().unwrap_or("");
