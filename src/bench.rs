@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-/// The Pyodide version the peer must load: the one our binary embeds.
-const PYODIDE_VERSION: &str = "314.0.8";
+// The Pyodide version the peer must load: the one our binary embeds.
+use mcp_code_mode_sandbox::assets::PYODIDE_VERSION;
 /// The Deno + Pyodide peer's script, copied into the peer folder before each run.
 const PEER_SCRIPT: &str = include_str!("../bench/peer/peer.mjs");
 /// Where the zygote's "warm" line comes from, and how it starts (see engine/zygote/mod.rs).
@@ -171,11 +171,7 @@ pub fn print_table(rows: &[Row], notes: &[String]) {
 
 /// Text made safe for one table cell: one line, no column breaks, not too long.
 fn cell(text: &str) -> String {
-    let flat = text.replace('|', "\\|").replace(['\n', '\r'], " ");
-    match flat.char_indices().nth(400) {
-        Some((at, _)) => format!("{}…", &flat[..at]),
-        None => flat,
-    }
+    crate::text::shorten(&text.replace('|', "\\|").replace(['\n', '\r'], " "), 400)
 }
 
 fn ms(d: Duration) -> f64 {

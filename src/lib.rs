@@ -15,3 +15,4 @@ pub mod parity;
 pub mod replay;
 pub mod server;
 pub mod suggest;
+pub mod text;

@@ -118,7 +118,7 @@ impl CredentialStore for TokenFile {
 /// What rmcp's OAuth errors say, without anything secret (they carry none of our tokens; an
 /// authorization server's own error text is kept, cut short).
 fn describe(e: &AuthError) -> String {
-    super::server::truncate(&e.to_string(), 400)
+    crate::text::shorten(&e.to_string(), 400)
 }
 
 async fn unauthorized(server: &HttpServer, http: &reqwest::Client) -> Result<OAuthState, String> {
@@ -293,47 +293,48 @@ async fn wait_for_redirect(
     let (tx, mut rx) = mpsc::channel::<Result<String, String>>(1);
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let server_name = name.to_owned();
-    let page =
-        move |State(tx): State<mpsc::Sender<Result<String, String>>>, uri: axum::http::Uri| {
-            let name = server_name.clone();
-            async move {
-                let query: Vec<(String, String)> = uri.query().map(url_pairs).unwrap_or_default();
-                // What the authorization server put in the address is shown to the person: cleaned
-                // of control characters and cut short.
-                let get = |k: &str| {
-                    query.iter().find(|(key, _)| key == k).map(|(_, v)| {
-                        super::server::truncate(&super::shape::printable(v, false), 300)
-                    })
-                };
-                let (message, outcome) = match (get("code"), get("error")) {
-                    (_, Some(error)) => {
-                        let why = get("error_description").unwrap_or_default();
-                        (
-                            format!("Signing in to {name} was refused: {error} {why}"),
-                            Err(format!(
-                                "the authorization server refused the sign-in ({error}{})",
-                                if why.is_empty() {
-                                    String::new()
-                                } else {
-                                    format!(": {why}")
-                                }
-                            )),
-                        )
-                    }
-                    (Some(_), None) => (
-                        format!("Signed in to {name}. You can close this page."),
-                        Ok(format!("http://127.0.0.1:{port}{uri}")),
-                    ),
-                    (None, None) => {
-                        return axum::response::Html(
-                            "This address waits for a sign-in redirect (with a code).".to_owned(),
-                        )
-                    }
-                };
-                let _ = tx.try_send(outcome);
-                axum::response::Html(format!("<p>{}</p>", escape_html(&message)))
-            }
-        };
+    let page = move |State(tx): State<mpsc::Sender<Result<String, String>>>,
+                     uri: axum::http::Uri| {
+        let name = server_name.clone();
+        async move {
+            let query: Vec<(String, String)> = uri.query().map(url_pairs).unwrap_or_default();
+            // What the authorization server put in the address is shown to the person: cleaned
+            // of control characters and cut short.
+            let get = |k: &str| {
+                query
+                    .iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| crate::text::shorten(&super::shape::printable(v, false), 300))
+            };
+            let (message, outcome) = match (get("code"), get("error")) {
+                (_, Some(error)) => {
+                    let why = get("error_description").unwrap_or_default();
+                    (
+                        format!("Signing in to {name} was refused: {error} {why}"),
+                        Err(format!(
+                            "the authorization server refused the sign-in ({error}{})",
+                            if why.is_empty() {
+                                String::new()
+                            } else {
+                                format!(": {why}")
+                            }
+                        )),
+                    )
+                }
+                (Some(_), None) => (
+                    format!("Signed in to {name}. You can close this page."),
+                    Ok(format!("http://127.0.0.1:{port}{uri}")),
+                ),
+                (None, None) => {
+                    return axum::response::Html(
+                        "This address waits for a sign-in redirect (with a code).".to_owned(),
+                    )
+                }
+            };
+            let _ = tx.try_send(outcome);
+            axum::response::Html(format!("<p>{}</p>", escape_html(&message)))
+        }
+    };
     let router = axum::Router::new()
         .route("/callback", axum::routing::get(page))
         .with_state(tx);

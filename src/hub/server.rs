@@ -720,7 +720,9 @@ pub(crate) fn wanted_scope(challenge: &str) -> String {
         .nth(1)
         .and_then(|rest| rest.split('"').next());
     match scope {
-        Some(scope) if !scope.is_empty() => format!("it asks for scope {}", truncate(scope, 200)),
+        Some(scope) if !scope.is_empty() => {
+            format!("it asks for scope {}", crate::text::shorten(scope, 200))
+        }
         _ => "the server did not say which".to_owned(),
     }
 }
@@ -1160,18 +1162,11 @@ async fn forward_stderr(
                 if tail.len() == STDERR_TAIL_LINES {
                     tail.pop_front();
                 }
-                tail.push_back(truncate(text, 300));
+                tail.push_back(crate::text::shorten(text, 300));
             }
             line.clear();
             skipping = !ended;
         }
     }
     let _ = done.send(());
-}
-
-pub(crate) fn truncate(line: &str, max: usize) -> String {
-    if line.len() <= max {
-        return line.to_owned();
-    }
-    format!("{}…", &line[..line.floor_char_boundary(max)])
 }

@@ -96,12 +96,12 @@ impl FieldDiff {
     }
 }
 
+/// At most `width` characters, the ellipsis included (a column of the diff).
 fn clip(s: &str, width: usize) -> String {
     if s.chars().count() <= width {
         s.to_owned()
     } else {
-        let cut: String = s.chars().take(width.saturating_sub(1)).collect();
-        format!("{cut}…")
+        crate::text::shorten(s, width.saturating_sub(1))
     }
 }
 

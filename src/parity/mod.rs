@@ -321,12 +321,7 @@ fn first_difference(report: &ScriptReport) -> String {
 }
 
 fn one_line(s: &str, width: usize) -> String {
-    let line = s.lines().next().unwrap_or_default();
-    if line.chars().count() > width {
-        format!("{}…", line.chars().take(width).collect::<String>())
-    } else {
-        line.to_owned()
-    }
+    crate::text::shorten(s.lines().next().unwrap_or_default(), width)
 }
 
 fn print_details(out: &mut impl Write, reports: &[ScriptReport], verbose: bool) {

@@ -393,19 +393,11 @@ fn describe(server: &str, tool: &str, arguments: &Map<String, Value>) -> String 
         .map(|(k, v)| format!("{k}={}", abbreviate(v)))
         .collect();
     let text = format!("{server}.{tool}({})", arguments.join(", "));
-    cut(&text, MOST)
+    crate::text::shorten(&text, MOST)
 }
 
 fn abbreviate(value: &Value) -> String {
-    cut(&value.to_string(), 60)
-}
-
-fn cut(text: &str, most: usize) -> String {
-    if text.chars().count() <= most {
-        text.to_owned()
-    } else {
-        format!("{}…", text.chars().take(most).collect::<String>())
-    }
+    crate::text::shorten(&value.to_string(), 60)
 }
 
 #[cfg(test)]

@@ -63,11 +63,7 @@ fn dash(text: &str) -> String {
 fn first_sentence(text: &str) -> String {
     let line = text.trim().lines().next().unwrap_or("").trim();
     let end = line.find(". ").map(|i| i + 1).unwrap_or(line.len());
-    let mut s: String = line[..end].chars().take(160).collect();
-    if s.len() < line[..end].len() {
-        s.push('…');
-    }
-    s
+    crate::text::shorten(&line[..end], 160)
 }
 
 /// The most tool lines one list_tools answer holds; the rest follow with `offset`.
