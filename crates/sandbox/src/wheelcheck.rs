@@ -169,22 +169,29 @@ pub struct ZipEntry {
     pub name: String,
     pub size: usize,
     method: u16,
-    data: std::ops::Range<usize>,
+    /// Where its local header is, and its data's size there (compressed).
+    local: usize,
+    packed: usize,
 }
 
-/// The entries of a zip, in its central directory's order, checked to lie inside `zip`.
+fn u16_at(zip: &[u8], at: usize) -> Result<usize, String> {
+    zip.get(at..at + 2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+        .ok_or_else(|| "not a zip file".to_owned())
+}
+
+fn u32_at(zip: &[u8], at: usize) -> Result<usize, String> {
+    zip.get(at..at + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or_else(|| "not a zip file".to_owned())
+}
+
+/// The entries of a zip, in its central directory's order. Only the directory is read (the end of
+/// the zip): a process that lists every wheel touches none of their files' pages.
 pub fn zip_directory(zip: &[u8]) -> Result<Vec<ZipEntry>, String> {
     let bad = || "not a zip file".to_owned();
-    let u16_at = |at: usize| -> Result<usize, String> {
-        zip.get(at..at + 2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
-            .ok_or_else(bad)
-    };
-    let u32_at = |at: usize| -> Result<usize, String> {
-        zip.get(at..at + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-            .ok_or_else(bad)
-    };
+    let u16_at = |at| u16_at(zip, at);
+    let u32_at = |at| u32_at(zip, at);
     let end = (0..zip.len().saturating_sub(21))
         .rev()
         .find(|&i| zip[i..].starts_with(b"PK\x05\x06"))
@@ -202,18 +209,15 @@ pub fn zip_directory(zip: &[u8]) -> Result<Vec<ZipEntry>, String> {
         let name_bytes = zip.get(at + 46..at + 46 + name_len).ok_or_else(bad)?;
         let name = String::from_utf8_lossy(name_bytes).into_owned();
         at += 46 + name_len + extra_len + comment_len;
-        let data_at = local + 30 + u16_at(local + 26)? + u16_at(local + 28)?;
-        if data_at
-            .checked_add(packed)
-            .is_none_or(|end| end > zip.len())
-        {
+        if local.checked_add(packed).is_none_or(|end| end > zip.len()) {
             return Err(format!("{name}: an entry past the end"));
         }
         entries.push(ZipEntry {
             name,
             size,
             method: method as u16,
-            data: data_at..data_at + packed,
+            local,
+            packed,
         });
     }
     Ok(entries)
@@ -225,14 +229,19 @@ impl ZipEntry {
         self.method
     }
 
-    /// Its data as stored in `zip` (compressed).
-    pub fn packed<'z>(&self, zip: &'z [u8]) -> &'z [u8] {
-        &zip[self.data.clone()]
+    /// Its data as stored in `zip` (compressed), found through its local header.
+    pub fn packed<'z>(&self, zip: &'z [u8]) -> Result<&'z [u8], String> {
+        let local = self.local;
+        let data_at = local + 30 + u16_at(zip, local + 26)? + u16_at(zip, local + 28)?;
+        data_at
+            .checked_add(self.packed)
+            .and_then(|end| zip.get(data_at..end))
+            .ok_or_else(|| format!("{}: an entry past the end", self.name))
     }
 
     /// Unpacks the entry (of `zip`, the directory's own) into `dest`, which must be `size` long.
     pub fn read_into(&self, zip: &[u8], dest: &mut [u8]) -> Result<(), String> {
-        let data = &zip[self.data.clone()];
+        let data = self.packed(zip)?;
         let damaged = || format!("{} is damaged", self.name);
         if dest.len() != self.size {
             return Err(damaged());

@@ -69,14 +69,12 @@ fn read_entry(entry: &wheelcheck::ZipEntry, zip: &[u8], dest: &mut [u8]) -> Resu
         // One context per thread, reused: making one per file cost more than unpacking most files.
         static UNPACK: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = Default::default();
     }
+    let packed = entry.packed(zip)?;
     let unpacked = UNPACK.with_borrow_mut(|unpack| {
         if unpack.is_none() {
             *unpack = zstd::bulk::Decompressor::new().ok();
         }
-        unpack
-            .as_mut()?
-            .decompress_to_buffer(entry.packed(zip), dest)
-            .ok()
+        unpack.as_mut()?.decompress_to_buffer(packed, dest).ok()
     });
     match unpacked {
         Some(n) if n == dest.len() => Ok(()),
