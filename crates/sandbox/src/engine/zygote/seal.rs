@@ -109,6 +109,12 @@ fn allowlist(own_pid: libc::pid_t) -> Result<BpfProgram, String> {
         libc::SYS_madvise,
         libc::SYS_mremap,
         libc::SYS_brk,
+        // On CPUs with memory protection keys (Intel since Skylake-SP) V8 write-protects wasm
+        // code with a key and flips it with pkey_mprotect: refused, compiling a wheel's wasm
+        // module in a child was a V8 fatal error (SIGTRAP). Keys are this process's own.
+        libc::SYS_pkey_mprotect,
+        libc::SYS_pkey_alloc,
+        libc::SYS_pkey_free,
         // Waiting and time.
         libc::SYS_futex,
         libc::SYS_sched_yield,
