@@ -131,8 +131,9 @@ fn fork_and_thread_sandboxes_print_the_same_bytes() {
 }
 
 /// The server's pool: children forked (and sealed) ahead of demand, from a zygote that warms up
-/// between forks. A spare serves a seeded job as a fresh fork would, and nothing of the zygote's
-/// warm-up rounds (their prints, their source) reaches a job.
+/// between forks. A spare serves a seeded job as a fresh fork would (before warm-up ends and
+/// after, when it copies ahead the pages a job writes), and nothing of the zygote's warm-up rounds
+/// (their prints, their source) reaches a job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
     use mcp_code_mode::engine::{Job, Limits, Pool, SandboxConfig, ZygoteCommand};
@@ -156,13 +157,35 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         .execute(Job::new(code))
         .await;
     assert!(pool.wait_warm(wait).await, "the zygote finishes warming up");
+    // From here on each child copies ahead the pages a job writes (engine/zygote/prefault.rs),
+    // ~1,250 for `print(1)`: learned, and the jobs below still give the same bytes.
+    let pages = pool.pages_copied_ahead().await.unwrap_or(0);
+    assert!(pages > 200, "{pages} pages copied ahead of jobs");
     assert!(pool.wait_ready(2, wait).await);
-    let after_warm = pool
-        .take_for(seeded())
-        .await
-        .unwrap()
-        .execute(Job::new(code))
-        .await;
+    let spare = pool.take_for(seeded()).await.unwrap();
+    let mcp_code_mode::engine::Sandbox::Forked(forked) = &spare else {
+        panic!("a forked sandbox")
+    };
+    // Copied, not merely read: the spare holds them as its own before it has a job.
+    let own_kib = || {
+        let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", forked.pid()));
+        rollup.ok().and_then(|r| {
+            r.lines()
+                .find_map(|l| l.strip_prefix("Private_Dirty:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        })
+    };
+    let copied = |kib: Option<usize>| kib.is_some_and(|kib| kib >= pages * 4 * 9 / 10);
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !copied(own_kib()) && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        copied(own_kib()),
+        "{:?} KiB of the spare's own for {pages} pages",
+        own_kib()
+    );
+    let after_warm = spare.execute(Job::new(code)).await;
     assert!(from_spare.error.is_none(), "{}", from_spare.stderr);
     assert_eq!(
         from_spare.stdout, after_warm.stdout,

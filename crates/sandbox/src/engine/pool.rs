@@ -173,6 +173,15 @@ impl Pool {
         true
     }
 
+    /// For forks, once the zygote is warm: how many pages each child copies before its job
+    /// comes (see `zygote::prefault`).
+    pub async fn pages_copied_ahead(&self) -> Option<usize> {
+        let Source::Forks { zygote, .. } = &self.source else {
+            return None;
+        };
+        zygote.lock().await.as_ref()?.pages_copied_ahead()
+    }
+
     /// Waits until sandboxes are as fast as they get: for forks, until the zygote has finished
     /// its warm-up (benchmarks and tests, which want the steady state); threads are at once.
     pub async fn wait_warm(&self, timeout: Duration) -> bool {

@@ -7,7 +7,7 @@
 //! It drives its isolate only while a job runs: nothing a script left behind runs between jobs. Tool ops
 //! reach the parent's `ToolBridge` through [`RemotePort`]: the bytes the script sent, unparsed.
 
-use super::{frames, seal};
+use super::{frames, prefault, seal};
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{Clock, Entropy, IdleWarmUp, SharedOutput, Stream, ToolPort, Tools};
 use crate::engine::isolate::{self, Parts};
@@ -40,6 +40,8 @@ pub struct Start<'a> {
     pub devnull: RawFd,
     pub zygote: libc::pid_t,
     pub data_limit: u64,
+    /// The pages a job writes (see `prefault`), checked against the zygote's maps at the fork.
+    pub prefault: &'a [usize],
 }
 
 /// The most a parent frame may hold (a tool's envelope, the catalogue of one server).
@@ -53,6 +55,10 @@ struct JobFrame {
 }
 
 pub fn run(start: Start<'_>) -> ! {
+    // First, before this process maps, frees or starts anything: its mappings are still the
+    // ones `prefault::within` checked the pages against, and no other thread exists.
+    // SAFETY: see above; no key-guarded pages were learned.
+    unsafe { prefault::touch(start.prefault) };
     let code = match life(start) {
         Ok(()) => 0,
         Err(e) => {
@@ -88,6 +94,7 @@ fn life(start: Start) -> Result<(), String> {
         devnull,
         zygote,
         data_limit,
+        prefault: _,
     } = start;
     // SAFETY: restores the default signal mask the zygote changed for itself.
     unsafe {
@@ -355,4 +362,35 @@ impl ToolPort for RemotePort {
         drop(held);
         answer
     }
+}
+
+/// The zygote's probe (see `prefault::learn`): runs one `print(1)` job the way a child runs
+/// its first, in a forked copy of the zygote that then only reports which pages it wrote.
+pub fn probe(booted: Booted, rt: &tokio::runtime::Runtime) {
+    let Booted {
+        js,
+        parts,
+        platform,
+        ..
+    } = booted;
+    let mut js = std::mem::ManuallyDrop::new(js);
+    let Parts {
+        job_tx,
+        mut outcome_rx,
+        ..
+    } = parts;
+    let job = serde_json::json!({"code": "print(1)", "filename": "<probe>", "reseed": true});
+    let _ = job_tx.send(job.to_string());
+    if let Some(warm) = js.op_state().borrow().try_borrow::<Rc<IdleWarmUp>>() {
+        warm.answer(false);
+    }
+    rt.block_on(async {
+        tokio::select! {
+            _ = outcome_rx.recv() => {}
+            _ = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)) => {}
+        }
+    });
+    // Never torn down: the probe ends in `_exit` once it has looked at its pages.
+    std::mem::forget(outcome_rx);
+    std::mem::forget(job_tx);
 }

@@ -11,7 +11,8 @@ pub const BOOT_FAILED: u8 = 11;
 pub const FORKED: u8 = 12;
 pub const FORK_FAILED: u8 = 13;
 pub const EXITED: u8 = 14;
-/// Warm-up done: `pid` holds the rounds run, `status` the last round's microseconds.
+/// Warm-up done: `pid` holds the rounds run, `status` the last round's microseconds, the text
+/// how many pages each child copies ahead of its job (a number), or why none (see `prefault`).
 pub const WARM: u8 = 15;
 
 pub fn packet(kind: u8, pid: i32, status: i32, text: &[u8]) -> Vec<u8> {

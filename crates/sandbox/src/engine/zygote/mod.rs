@@ -18,6 +18,7 @@
 mod child;
 mod control;
 mod frames;
+mod prefault;
 mod process;
 pub mod seal;
 
@@ -60,8 +61,9 @@ struct Shared {
     pending_fork: Mutex<Option<oneshot::Sender<Result<i32, i32>>>>,
     exits: Mutex<Exits>,
     alive: std::sync::atomic::AtomicBool,
-    /// Set once the zygote's warm-up rounds are done (see `process::Warming`).
-    warm: tokio::sync::watch::Sender<bool>,
+    /// Set once the zygote's warm-up rounds are done (see `process::Warming`): to how many
+    /// pages each child then copies before its job comes (see `prefault`).
+    warm: tokio::sync::watch::Sender<Option<usize>>,
     /// Set when we stop the zygote ourselves: its end is then no news.
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -123,7 +125,7 @@ impl Zygote {
             pending_fork: Mutex::new(None),
             exits: Mutex::new(Exits::default()),
             alive: true.into(),
-            warm: tokio::sync::watch::Sender::new(false),
+            warm: tokio::sync::watch::Sender::new(None),
             stopping: false.into(),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -158,8 +160,13 @@ impl Zygote {
     /// benchmarks, which measure the steady state.
     pub async fn wait_warm(&self, timeout: Duration) -> bool {
         let mut warm = self.shared.warm.subscribe();
-        let warmed = tokio::time::timeout(timeout, warm.wait_for(|warm| *warm)).await;
+        let warmed = tokio::time::timeout(timeout, warm.wait_for(Option::is_some)).await;
         matches!(warmed, Ok(Ok(_)))
+    }
+
+    /// Once warm: how many pages each child copies before its job comes (see `prefault`).
+    pub fn pages_copied_ahead(&self) -> Option<usize> {
+        *self.shared.warm.borrow()
     }
 
     /// A fresh sealed child, ready for one job, serving `tools`.
@@ -215,7 +222,7 @@ impl Zygote {
             output: SharedOutput::new(self.limits.max_output, live_output),
             budget: MemoryBudget::new(shares.counted),
             finished: false,
-            forked_cold: !*self.shared.warm.borrow(),
+            forked_cold: self.shared.warm.borrow().is_none(),
         })
     }
 
@@ -295,11 +302,19 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
                 }
             }
             control::WARM => {
+                let prefault = control::text(packet);
+                let pages = prefault.parse::<usize>();
                 tracing::info!(
-                    "sandbox zygote warm after {pid} warm-up rounds (the last took {:.1} ms)",
-                    f64::from(control::status(packet)) / 1000.0
+                    "sandbox zygote warm after {pid} warm-up rounds (the last took {:.1} ms); {}",
+                    f64::from(control::status(packet)) / 1000.0,
+                    match &pages {
+                        Ok(n) => format!(
+                            "each child copies the {n} pages a job writes before its job comes"
+                        ),
+                        Err(_) => format!("no pages copied ahead of jobs: {prefault}"),
+                    }
                 );
-                shared.warm.send_replace(true);
+                shared.warm.send_replace(Some(pages.unwrap_or(0)));
             }
             control::EXITED => {
                 let status = control::status(packet);
@@ -394,7 +409,7 @@ impl ForkedSandbox {
     /// Whether a better child can be had: this one's zygote has exited, or has finished warming
     /// up since this child was forked (a child forked cold optimizes the job path itself).
     pub fn outdated(&self) -> bool {
-        !self.zygote.is_alive() || (self.forked_cold && *self.zygote.shared.warm.borrow())
+        !self.zygote.is_alive() || (self.forked_cold && self.zygote.shared.warm.borrow().is_some())
     }
 
     pub async fn execute(self, job: super::Job) -> super::Outcome {

@@ -6,7 +6,7 @@
 //! `BOOT_FAILED text`, `FORKED pid` or `FORK_FAILED errno`, `EXITED pid status`, and `WARM` once
 //! its warm-up between forks is done.
 
-use super::{child, control};
+use super::{child, control, prefault};
 use crate::bridge::IdleWarmUp;
 use crate::engine::isolate::{self, Prepared};
 use crate::engine::{Limits, SandboxConfig};
@@ -126,6 +126,8 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
     let mut live: HashSet<i32> = HashSet::new();
     let own_pid = std::process::id() as i32;
     let mut warming = Warming::new(options.warm_up);
+    // The pages a child's job writes (see `prefault`), learned once warm-up is over.
+    let mut hot_pages: Vec<usize> = Vec::new();
     loop {
         let mut fds = [
             libc::pollfd {
@@ -150,8 +152,28 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
             continue; // EINTR
         }
         if ready == 0 {
-            let booted = booted.as_mut().expect("the zygote's sandbox");
-            warming.round(&rt, booted, &warm)?;
+            let sandbox = booted.as_mut().expect("the zygote's sandbox");
+            if let Some((rounds, took)) = warming.round(&rt, sandbox, &warm)? {
+                let learned = prefault::learn(|| {
+                    child::probe(booted.take().expect("the zygote's sandbox"), &rt)
+                });
+                let said = match learned {
+                    Ok(pages) => {
+                        let said = pages.len().to_string();
+                        hot_pages = pages;
+                        said
+                    }
+                    Err(e) => e,
+                };
+                let micros = i32::try_from(took.as_micros()).unwrap_or(i32::MAX);
+                let _ = control::send(
+                    CONTROL_FD,
+                    control::WARM,
+                    rounds as i32,
+                    micros,
+                    said.as_bytes(),
+                );
+            }
             continue;
         }
         if fds[1].revents != 0 {
@@ -191,7 +213,12 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
             (control::FORK, &[events, sync]) => {
                 let data_limit =
                     vm_data_bytes() + 2 * (options.limits.memory_mb << 20) + (256 << 20);
-                fork_to_all_mappings();
+                let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+                fork_to_all_mappings(&maps);
+                // Nothing is freed from here to the fork: a free could shrink the heap under
+                // the pages just checked.
+                let writable = prefault::writable_regions(&maps);
+                let prefault = prefault::within(&hot_pages, &writable);
                 // SAFETY: this process has one thread; the child only runs `child::run`.
                 match unsafe { libc::fork() } {
                     0 => child::run(child::Start {
@@ -202,6 +229,7 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
                         devnull: devnull.as_raw_fd(),
                         zygote: own_pid,
                         data_limit,
+                        prefault: &prefault,
                     }),
                     child if child > 0 => {
                         live.insert(child);
@@ -270,12 +298,13 @@ impl Warming {
         i32::try_from(quiet.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
     }
 
+    /// One round; once the last is done, the rounds run and the last one's time.
     fn round(
         &mut self,
         rt: &tokio::runtime::Runtime,
         booted: &mut child::Booted,
         warm: &IdleWarmUp,
-    ) -> Result<(), String> {
+    ) -> Result<Option<(u32, Duration)>, String> {
         let started = Instant::now();
         let asked = warm.asked();
         self.rounds += 1;
@@ -308,10 +337,9 @@ impl Warming {
             // SAFETY: glibc's allocator, called from this process's only thread.
             unsafe { libc::malloc_trim(0) };
             self.done = true;
-            let micros = i32::try_from(took.as_micros()).unwrap_or(i32::MAX);
-            let _ = control::send(CONTROL_FD, control::WARM, self.rounds as i32, micros, &[]);
+            return Ok(Some((self.rounds, took)));
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -346,10 +374,7 @@ fn enter_empty_namespaces() {
 /// The shipped V8 marks its mappings MADV_DONTFORK (v8_enable_private_mapping_fork_optimization):
 /// a child would fault on its first allocation. Re-mark every mapping, before every fork (the
 /// heap maps new ranges as it grows).
-fn fork_to_all_mappings() {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
+pub(super) fn fork_to_all_mappings(maps: &str) {
     for line in maps.lines() {
         let Some((range, _)) = line.split_once(' ') else {
             continue;

@@ -1,0 +1,275 @@
+//! The pages a job writes, copied before the job comes.
+//!
+//! A child shares the zygote's memory copy-on-write, so the first write to each page is a fault
+//! and a 4 KiB copy in the kernel: ~1,250 of them for `print(1)` (Python's objects, V8's heap,
+//! malloc's), about a third of the CPU time a child spends on that job. Most are the same pages
+//! in every child. So the zygote learns them once, when its warm-up ends: it forks a probe that
+//! runs one job and then reads from its pagemap which of the zygote's writable pages it holds a
+//! copy of (mapped once: written since the fork). Every child then writes those pages (the same
+//! value back) as the first thing after its fork, while it waits for a job it has
+//! not been given yet: the copies are made off the job's clock. A child that gets its job at
+//! once pays no more than it would have during the job.
+//!
+//! Pages are touched only where the zygote's mapping, read at the fork, is private, writable and
+//! not executable, and only outside ranges V8 guards with a memory protection key (smaps'
+//! `ProtectionKey`, read when learning): a write there would fault for good.
+
+use std::time::{Duration, Instant};
+
+const PAGE: usize = 4096;
+/// pagemap: the page is present, and mapped by this process only.
+const PRESENT: u64 = 1 << 63;
+const EXCLUSIVE: u64 = 1 << 56;
+/// How long the probe's job may take before it is given up (the zygote waits meanwhile).
+const PROBE_LIMIT: Duration = Duration::from_secs(5);
+/// The most pages learned (a bound on what each child copies ahead: 64 MiB).
+const MAX_PAGES: usize = 16 << 10;
+
+/// A mapping's address range, from a line of `/proc/<pid>/maps` or `smaps`.
+struct Region {
+    start: usize,
+    end: usize,
+    /// Private, writable, not executable, anonymous or not.
+    writable: bool,
+}
+
+fn parse_region(line: &str) -> Option<Region> {
+    let mut fields = line.split_ascii_whitespace();
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?.as_bytes();
+    if perms.len() != 4 {
+        return None;
+    }
+    Some(Region {
+        start: usize::from_str_radix(start, 16).ok()?,
+        end: usize::from_str_radix(end, 16).ok()?,
+        writable: perms[0] == b'r' && perms[1] == b'w' && perms[2] != b'x' && perms[3] == b'p',
+    })
+}
+
+/// The writable regions of a `maps` text (in address order, as the kernel lists them).
+pub fn writable_regions(maps: &str) -> Vec<(usize, usize)> {
+    maps.lines()
+        .filter_map(parse_region)
+        .filter(|r| r.writable)
+        .map(|r| (r.start, r.end))
+        .collect()
+}
+
+/// The writable regions of this process that carry no protection key, from its smaps.
+fn unkeyed_writable_regions() -> Result<Vec<(usize, usize)>, String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").map_err(|e| format!("smaps: {e}"))?;
+    let mut regions = Vec::new();
+    let mut current: Option<Region> = None;
+    let mut keyed = false;
+    let mut close = |r: Option<Region>, keyed: bool| {
+        if let Some(r) = r.filter(|r| r.writable && !keyed) {
+            regions.push((r.start, r.end));
+        }
+    };
+    for line in smaps.lines() {
+        if let Some(key) = line.strip_prefix("ProtectionKey:") {
+            keyed = key.trim() != "0";
+        } else if line.contains('-') && line.as_bytes().first().is_some_and(u8::is_ascii_hexdigit) {
+            if let Some(r) = parse_region(line) {
+                close(current.replace(r), keyed);
+                keyed = false;
+            }
+        }
+    }
+    close(current, keyed);
+    Ok(regions)
+}
+
+/// Forks a probe that runs `job`, then reads from its own pagemap which pages of this process's
+/// writable memory it wrote, and hands their addresses back through a shared mapping. Call from
+/// the zygote's only thread. (The probe reads its own pagemap: the zygote may not read another
+/// process's, having left its user namespace, which makes it not dumpable.)
+pub fn learn(job: impl FnOnce()) -> Result<Vec<usize>, String> {
+    let regions = unkeyed_writable_regions()?;
+    // [count, page...], written by the probe.
+    let shared = SharedWords::new(1 + MAX_PAGES)?;
+    super::process::fork_to_all_mappings(
+        &std::fs::read_to_string("/proc/self/maps").unwrap_or_default(),
+    );
+    // SAFETY: this process has one thread; the child runs `job` and ends in `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        job();
+        let code = match written_pages(&regions) {
+            Ok(pages) => {
+                shared.set(0, pages.len());
+                pages
+                    .iter()
+                    .enumerate()
+                    .for_each(|(i, &p)| shared.set(1 + i, p));
+                0
+            }
+            Err(_) => 70,
+        };
+        // SAFETY: ends the probe without the zygote's destructors.
+        unsafe { libc::_exit(code) }
+    }
+    wait_exited(pid)?;
+    let count = shared.get(0).min(MAX_PAGES);
+    Ok((1..=count).map(|i| shared.get(i)).collect())
+}
+
+/// A run of words in a MAP_SHARED mapping: a forked probe's writes are seen by its parent.
+struct SharedWords {
+    words: *mut usize,
+    len: usize,
+}
+
+impl SharedWords {
+    fn new(len: usize) -> Result<Self, String> {
+        // SAFETY: a fresh anonymous mapping, unmapped on drop.
+        let words = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len * size_of::<usize>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if words == libc::MAP_FAILED {
+            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Self {
+            words: words.cast(),
+            len,
+        })
+    }
+    fn set(&self, i: usize, value: usize) {
+        assert!(i < self.len);
+        // SAFETY: in bounds; only the probe writes, and the parent reads after it has exited.
+        unsafe { self.words.add(i).write_volatile(value) }
+    }
+    fn get(&self, i: usize) -> usize {
+        assert!(i < self.len);
+        // SAFETY: in bounds, see `set`.
+        unsafe { self.words.add(i).read_volatile() }
+    }
+}
+
+impl Drop for SharedWords {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made.
+        unsafe { libc::munmap(self.words.cast(), self.len * size_of::<usize>()) };
+    }
+}
+
+fn wait_exited(pid: libc::pid_t) -> Result<(), String> {
+    let until = Instant::now() + PROBE_LIMIT;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if got == pid {
+            return match libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                true => Ok(()),
+                false => Err(format!("the probe failed (status {status:#x})")),
+            };
+        }
+        if got < 0 {
+            return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
+        }
+        if Instant::now() > until {
+            // SAFETY: our own child, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Err(format!("the probe's job took over {PROBE_LIMIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// In the probe: the pages of `regions` it holds a copy of (present, mapped once).
+fn written_pages(regions: &[(usize, usize)]) -> Result<Vec<usize>, String> {
+    use std::os::unix::fs::FileExt;
+    let pagemap = std::fs::File::open("/proc/self/pagemap").map_err(|e| format!("pagemap: {e}"))?;
+    let mut pages = Vec::new();
+    let mut entries = Vec::new();
+    for &(start, end) in regions {
+        entries.resize((end - start) / PAGE * 8, 0u8);
+        pagemap
+            .read_exact_at(&mut entries, (start / PAGE * 8) as u64)
+            .map_err(|e| format!("pagemap: {e}"))?;
+        for (i, entry) in entries.chunks_exact(8).enumerate() {
+            let entry = u64::from_le_bytes(entry.try_into().expect("8 bytes"));
+            if entry & PRESENT != 0 && entry & EXCLUSIVE != 0 {
+                pages.push(start + i * PAGE);
+            }
+        }
+    }
+    pages.truncate(MAX_PAGES);
+    Ok(pages)
+}
+
+/// The learned pages still inside a writable region (of this process's maps, read just before
+/// the fork that will touch them): what the zygote freed since learning is left out.
+pub fn within(pages: &[usize], writable: &[(usize, usize)]) -> Vec<usize> {
+    pages
+        .iter()
+        .copied()
+        .filter(|&page| {
+            let i = writable.partition_point(|&(_, end)| end <= page);
+            writable.get(i).is_some_and(|&(start, _)| start <= page)
+        })
+        .collect()
+}
+
+/// Writes each page's first byte back as it is, so that the kernel copies the page now.
+/// Volatile: an atomic `fetch_or(0)`, which changes nothing, is compiled to a plain load, and a
+/// load copies nothing.
+///
+/// # Safety
+/// Every page must be mapped writable in this process (see [`within`], checked against the maps
+/// read before the fork, with no mapping changed since) and carry no protection key, and no
+/// other thread may exist (a child right after its fork).
+pub unsafe fn touch(pages: &[usize]) {
+    for &page in pages {
+        let byte = page as *mut u8;
+        // SAFETY: the caller's promise: a writable page, and nobody else writing it.
+        unsafe { byte.write_volatile(byte.read_volatile()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_private_writable_data_regions_count() {
+        let maps = "\
+1000-3000 rw-p 00000000 00:00 0 \n\
+3000-4000 r--p 00000000 00:00 0 \n\
+4000-6000 rwxp 00000000 00:00 0 \n\
+6000-7000 rw-s 00000000 00:05 12 /dev/zero (deleted)\n\
+7000-9000 rw-p 00000000 00:00 0                          [heap]\n";
+        assert_eq!(
+            writable_regions(maps),
+            vec![(0x1000, 0x3000), (0x7000, 0x9000)]
+        );
+        let pages = [0x1000, 0x2000, 0x3000, 0x4000, 0x6000, 0x8000, 0x9000];
+        let writable = writable_regions(maps);
+        assert_eq!(within(&pages, &writable), vec![0x1000, 0x2000, 0x8000]);
+    }
+
+    #[test]
+    fn a_touched_page_keeps_its_bytes() {
+        let mut page = vec![7u8; 2 * PAGE];
+        let start = page.as_mut_ptr() as usize;
+        let aligned = start.next_multiple_of(PAGE);
+        // SAFETY: a page of our own writable buffer.
+        unsafe { touch(&[aligned]) };
+        assert!(page.iter().all(|&b| b == 7));
+    }
+}
