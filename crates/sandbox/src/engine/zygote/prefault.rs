@@ -1,4 +1,5 @@
-//! The pages a job writes, copied before the job comes.
+//! The pages a job writes, copied before the job comes; and the reading of `/proc/self/maps`
+//! that every fork needs (`fork_to_all_mappings`).
 //!
 //! A child shares the zygote's memory copy-on-write, so the first write to each page is a fault
 //! and a 4 KiB copy in the kernel: ~1,250 of them for `print(1)` (Python's objects, V8's heap,
@@ -47,6 +48,23 @@ fn parse_region(line: &str) -> Option<Region> {
     })
 }
 
+/// The shipped V8 marks its mappings MADV_DONTFORK (v8_enable_private_mapping_fork_optimization):
+/// a child would fault on its first allocation. Re-mark every mapping of `maps` (this process's,
+/// read just before the fork: the heap maps new ranges as it grows).
+pub fn fork_to_all_mappings(maps: &str) {
+    for region in maps.lines().filter_map(parse_region) {
+        // SAFETY: changes only whether an existing mapping is inherited; errors ([vsyscall]) are
+        // harmless.
+        unsafe {
+            libc::madvise(
+                region.start as *mut libc::c_void,
+                region.end - region.start,
+                libc::MADV_DOFORK,
+            )
+        };
+    }
+}
+
 /// The writable regions of a `maps` text (in address order, as the kernel lists them).
 pub fn writable_regions(maps: &str) -> Vec<(usize, usize)> {
     maps.lines()
@@ -89,9 +107,7 @@ pub fn learn(job: impl FnOnce()) -> Result<Vec<usize>, String> {
     let regions = unkeyed_writable_regions()?;
     // [count, page...], written by the probe.
     let shared = SharedWords::new(1 + MAX_PAGES)?;
-    super::process::fork_to_all_mappings(
-        &std::fs::read_to_string("/proc/self/maps").unwrap_or_default(),
-    );
+    fork_to_all_mappings(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
     // SAFETY: this process has one thread; the child runs `job` and ends in `_exit`.
     let pid = unsafe { libc::fork() };
     if pid < 0 {

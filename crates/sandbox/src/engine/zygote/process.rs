@@ -214,7 +214,7 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
                 let data_limit =
                     vm_data_bytes() + 2 * (options.limits.memory_mb << 20) + (256 << 20);
                 let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-                fork_to_all_mappings(&maps);
+                prefault::fork_to_all_mappings(&maps);
                 // Nothing is freed from here to the fork: a free could shrink the heap under
                 // the pages just checked.
                 let writable = prefault::writable_regions(&maps);
@@ -368,29 +368,6 @@ fn enter_empty_namespaces() {
     match unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET) {
         Ok(()) => tracing::debug!("sandbox zygote: in new user and network namespaces"),
         Err(e) => tracing::debug!("sandbox zygote: no new namespaces ({e}); seccomp still seals"),
-    }
-}
-
-/// The shipped V8 marks its mappings MADV_DONTFORK (v8_enable_private_mapping_fork_optimization):
-/// a child would fault on its first allocation. Re-mark every mapping, before every fork (the
-/// heap maps new ranges as it grows).
-pub(super) fn fork_to_all_mappings(maps: &str) {
-    for line in maps.lines() {
-        let Some((range, _)) = line.split_once(' ') else {
-            continue;
-        };
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
-        // SAFETY: changes only whether an existing mapping is inherited; errors ([vsyscall]) are
-        // harmless.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DOFORK) };
     }
 }
 
