@@ -86,6 +86,46 @@ fn a_child_that_dies_by_a_signal_is_named_and_the_next_one_runs() {
 }
 
 #[test]
+fn a_child_that_dies_says_why_first() {
+    // V8's own fatal paths (CHECK failures; out of memory) and a panic of ours: what they print
+    // goes to the child's stderr, /dev/null; the child tells the parent before it dies.
+    let ended = "the sandbox ended without finishing the script: ";
+    for (probe, kind, says) in [
+        (
+            "v8-fatal",
+            "RuntimeError",
+            format!("{ended}V8 fatal error: Check failed: escape probe."),
+        ),
+        (
+            "v8-oom",
+            "MemoryError",
+            "the script used up the sandbox's memory (300 MiB, --memory-mb)".into(),
+        ),
+        (
+            "panic",
+            "RuntimeError",
+            format!(
+                "{ended}the sandbox process panicked at crates/sandbox/src/engine/zygote/child.rs:"
+            ),
+        ),
+    ] {
+        let out = run(
+            &["--json", "--memory-mb", "300"],
+            &[("MCP_CODE_MODE_ESCAPE_PROBES", probe)],
+            "print('never')",
+        );
+        let report = json(&out);
+        let message = report["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(report["error"]["type"], kind, "{probe}: {report}");
+        assert!(message.starts_with(&says), "{probe}: {report}");
+        assert!(!report["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("never"));
+    }
+}
+
+#[test]
 fn memory_bombs_are_stopped_in_a_child() {
     for bomb in [
         "x = []\nwhile True:\n    x.append(bytearray(1 << 20))\n",

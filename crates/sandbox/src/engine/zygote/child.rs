@@ -62,22 +62,7 @@ pub fn run(start: Start<'_>) -> ! {
     let code = match life(start) {
         Ok(()) => 0,
         Err(e) => {
-            // Tell the parent why, if the socket is still there (best effort, blocking).
-            let died = serde_json::json!({"reason": format!("the sandbox process failed: {e}")});
-            let f = frame(frames::DIED, died.to_string().as_bytes());
-            // SAFETY: writes our own buffer to our own descriptor.
-            unsafe {
-                libc::write(seal::EVENTS_FD, f.as_ptr().cast(), f.len());
-                // Unread input would turn our close into a reset that discards what we wrote.
-                let mut sink = [0u8; 4096];
-                while libc::recv(
-                    seal::EVENTS_FD,
-                    sink.as_mut_ptr().cast(),
-                    sink.len(),
-                    libc::MSG_DONTWAIT,
-                ) > 0
-                {}
-            }
+            last_words(serde_json::json!({"reason": format!("the sandbox process failed: {e}")}));
             70
         }
     };
@@ -106,6 +91,8 @@ fn life(start: Start) -> Result<(), String> {
         return Err("the zygote is gone".into());
     }
     seal::keep_only_sockets(devnull, events, sync)?;
+    let mut booted = booted;
+    tell_parent_how_this_process_dies(&mut booted.js);
     // SAFETY: the descriptors keep_only_sockets put there, owned from here on.
     let (events, sync) = unsafe {
         (
@@ -193,8 +180,39 @@ fn life(start: Start) -> Result<(), String> {
     #[cfg(feature = "escape-probes")]
     if let Some(probes) = probes {
         send(&events, frames::STDOUT, probes.as_bytes());
-        if std::env::var_os("MCP_CODE_MODE_ESCAPE_PROBES").is_some_and(|v| v == "abort") {
-            std::process::abort(); // how the parent reports a child that dies by a signal
+        // How the parent reports a child that dies: by a signal alone, a V8 fatal error (V8's
+        // own path, its handler included), a panic.
+        match std::env::var("MCP_CODE_MODE_ESCAPE_PROBES").as_deref() {
+            Ok("abort") => std::process::abort(),
+            Ok("v8-fatal") => {
+                extern "C" {
+                    #[link_name = "_Z8V8_FatalPKcz"]
+                    fn v8_fatal(format: *const std::ffi::c_char, ...) -> !;
+                }
+                // SAFETY: a format without conversions; V8 ends the process.
+                unsafe { v8_fatal(c"Check failed: escape probe.".as_ptr()) }
+            }
+            Ok("v8-oom") => {
+                extern "C" {
+                    #[link_name = "_ZN2v88internal2V823FatalProcessOutOfMemoryEPNS0_7IsolateEPKcRKNS_10OOMDetailsE"]
+                    fn v8_out_of_memory(
+                        isolate: v8::UnsafeRawIsolatePtr,
+                        location: *const std::ffi::c_char,
+                        details: &v8::OomDetails,
+                    ) -> !;
+                }
+                let details = v8::OomDetails {
+                    is_heap_oom: false,
+                    detail: std::ptr::null(),
+                };
+                // SAFETY: this process's isolate, a C string; V8 ends the process.
+                unsafe {
+                    let isolate = js.v8_isolate().as_raw_isolate_ptr();
+                    v8_out_of_memory(isolate, c"escape probe".as_ptr(), &details)
+                }
+            }
+            Ok("panic") => panic!("escape probe"),
+            _ => {}
         }
     }
     let mut job_json = job.job;
@@ -280,6 +298,87 @@ fn died(fate: &crate::engine::Fate, budget: &MemoryBudget, reason: Option<String
         "reason": reason,
     })
     .to_string()
+}
+
+/// A child dies of a V8 fatal error, V8 running out of memory or a panic of ours with the reason
+/// printed to its stderr, which is /dev/null: each is sent to the parent first, as a `DIED`
+/// frame, so the error says what happened (and not only the signal that followed).
+fn tell_parent_how_this_process_dies(js: &mut JsRuntime) {
+    v8::V8::set_fatal_error_handler(|file: &str, line: i32, message: &str| {
+        let at = if file.is_empty() {
+            String::new()
+        } else {
+            format!(" ({file}:{line})")
+        };
+        let reason = format!("V8 fatal error: {}{at}", message.trim());
+        last_words(serde_json::json!({ "reason": reason }));
+    });
+    js.v8_isolate().set_oom_error_handler(v8_out_of_memory);
+    std::panic::set_hook(Box::new(|info| {
+        let what = info.payload_as_str().unwrap_or("no message");
+        let at = info
+            .location()
+            .map(|l| format!(" at {l}"))
+            .unwrap_or_default();
+        let reason = format!("the sandbox process panicked{at}: {what}");
+        last_words(serde_json::json!({ "reason": reason }));
+        // SAFETY: ends the process before unwinding runs the zygote's destructors.
+        unsafe { libc::_exit(70) }
+    }));
+}
+
+/// V8 could not allocate: its heap (past the near-limit grace) or memory from the system, which
+/// the data limit set from `--memory-mb` bounds (`seal::limit_resources`).
+unsafe extern "C" fn v8_out_of_memory(location: *const std::ffi::c_char, details: &v8::OomDetails) {
+    let location = if location.is_null() {
+        String::new()
+    } else {
+        // SAFETY: V8 passes a C string.
+        unsafe { std::ffi::CStr::from_ptr(location) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let kind = if details.is_heap_oom {
+        "heap"
+    } else {
+        "process"
+    };
+    last_words(serde_json::json!({
+        "out_of_memory": kind,
+        "reason": format!("V8 ran out of memory ({kind}): {location}"),
+    }));
+    // SAFETY: V8 must not go on; what it would print goes nowhere.
+    unsafe { libc::_exit(70) }
+}
+
+/// One `DIED` frame to the parent, at most once, blocking, straight to the socket: the thread
+/// that writes frames is the one that is ending.
+fn last_words(died: serde_json::Value) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let f = frame(frames::DIED, died.to_string().as_bytes());
+    // SAFETY: writes our own buffer to our own descriptor.
+    unsafe {
+        let mut sent = 0;
+        while sent < f.len() {
+            let n = libc::write(seal::EVENTS_FD, f[sent..].as_ptr().cast(), f.len() - sent);
+            if n <= 0 {
+                break;
+            }
+            sent += n as usize;
+        }
+        // Unread input would turn our close into a reset that discards what we wrote.
+        let mut sink = [0u8; 4096];
+        while libc::recv(
+            seal::EVENTS_FD,
+            sink.as_mut_ptr().cast(),
+            sink.len(),
+            libc::MSG_DONTWAIT,
+        ) > 0
+        {}
+    }
 }
 
 fn frame(tag: u8, payload: &[u8]) -> Vec<u8> {
