@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import anyio
-from mcp import Client, StdioServerParameters, types
+from mcp import types
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checks import CheckFailed, HttpServer, execute, expect, first_failure, settle, setup  # noqa: E402
+from checks import execute, expect, run_main, serving, settle, setup  # noqa: E402
 
 APPROVAL_TIMEOUT_S = 20
 
@@ -268,37 +268,21 @@ async def main():
             options["elicitation_callback"] = person
         extra = ["--approve-all"] if args.check == "approve_all" else []
         extra += ["--executor", args.executor]
-        server = None
-        if args.transport.startswith("http"):
-            stateless = ["--stateless"] if args.transport == "http-stateless" else []
-            server = HttpServer(args.bin, tmp, config_path, env, extra + stateless)
-            connect = server.client(**options)
-        else:
-            params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path), *extra], env=env)
-            connect = Client(params, **options)
-        try:
-            async with connect as client:
-                await settle(client)
-                await CHECKS[args.check](client, data, person)
-                print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version}, {args.transport})")
-        finally:
-            if server:
-                server.stop()
-                if args.check == "approve_all":
-                    log = "".join(server.stderr)
-                    expect("WARNING: --approve-all" in log, f"--approve-all was not warned about: {log[-2000:]}")
-                    # Every decision is in the log too (serve --http logs at info).
-                    for line in ("filesystem.write_file: approved by --approve-all",
-                                 'filesystem.move_file: denied by the rule "move_file": "deny"'):
-                        expect(line in log, f"the log lacks {line!r}: {log[-3000:]}")
+        if args.transport == "http-stateless":
+            extra.append("--stateless")
+        transport = "http" if args.transport.startswith("http") else "stdio"
+        async with serving(args.bin, transport, tmp, config_path, env, extra, **options) as (client, server):
+            await settle(client)
+            await CHECKS[args.check](client, data, person)
+            print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version}, {args.transport})")
+        if server and args.check == "approve_all":
+            log = "".join(server.stderr)
+            expect("WARNING: --approve-all" in log, f"--approve-all was not warned about: {log[-2000:]}")
+            # Every decision is in the log too (serve --http logs at info).
+            for line in ("filesystem.write_file: approved by --approve-all",
+                         'filesystem.move_file: denied by the rule "move_file": "deny"'):
+                expect(line in log, f"the log lacks {line!r}: {log[-3000:]}")
 
 
 if __name__ == "__main__":
-    try:
-        anyio.run(main)
-    except BaseException as e:  # the client's task groups wrap our CheckFailed
-        failure = first_failure(e)
-        if failure is None:
-            raise
-        print(f"FAILED: {failure}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

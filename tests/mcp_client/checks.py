@@ -662,30 +662,50 @@ async def main():
             tmp, with_changer=args.check == "list_changed", with_starting=args.check == "starting",
             with_many=args.check == "many",
         )
-        server = None
         options = dict(mode=args.mode, read_timeout_seconds=60, message_handler=record_notification)
-        record = ["--record-dir", str(tmp / "cassettes")] if args.check == "record" else []
+        flags = ["--record-dir", str(tmp / "cassettes")] if args.check == "record" else []
         if args.executor == "local":
-            record += ["--executor", "local"]
-        if args.transport == "http":
-            extra = ["--max-sessions", "3"] if args.check == "http_front" else record
-            server = HttpServer(args.bin, tmp, config_path, env, extra)
-            connect = server.client(**options)
-        else:
-            params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path), *record], env=env)
-            connect = Client(params, **options)
-        try:
-            connecting = time.monotonic()
-            async with connect as client:
-                CONNECT_SECONDS.append(time.monotonic() - connecting)
-                if args.check != "starting":
-                    await settle(client)
-                check = CHECKS[args.check]
-                await (check(client, data, tmp, server) if args.check in HTTP_ONLY else check(client, data, tmp))
-                print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version}, {args.transport}, {args.executor})")
-        finally:
-            if server:
-                server.stop()
+            flags += ["--executor", "local"]
+        if args.check == "http_front":
+            flags = ["--max-sessions", "3"]
+        connecting = time.monotonic()
+        async with serving(args.bin, args.transport, tmp, config_path, env, flags, **options) as (client, server):
+            CONNECT_SECONDS.append(time.monotonic() - connecting)
+            if args.check != "starting":
+                await settle(client)
+            check = CHECKS[args.check]
+            await (check(client, data, tmp, server) if args.check in HTTP_ONLY else check(client, data, tmp))
+            print(f"ok: {args.check} ({args.mode}, protocol {client.protocol_version}, {args.transport}, {args.executor})")
+
+
+@asynccontextmanager
+async def serving(bin, transport, tmp, config_path, env, flags=(), **options):
+    """A client of `BIN serve --config CONFIG FLAGS...` over stdio, or over HTTP (`transport`
+    "http"): yields the client and the HTTP server (None over stdio), stopped on the way out."""
+    server = HttpServer(bin, tmp, config_path, env, flags) if transport == "http" else None
+    if server:
+        connect = server.client(**options)
+    else:
+        params = StdioServerParameters(command=bin, args=["serve", "--config", str(config_path), *flags], env=env)
+        connect = Client(params, **options)
+    try:
+        async with connect as client:
+            yield client, server
+    finally:
+        if server:
+            server.stop()
+
+
+def run_main(main):
+    """Runs a script's async `main`: a failed check ends it with `FAILED: why` and status 1."""
+    try:
+        anyio.run(main)
+    except BaseException as e:  # the client's task groups wrap our CheckFailed
+        failure = first_failure(e)
+        if failure is None:
+            raise
+        print(f"FAILED: {failure}", file=sys.stderr)
+        sys.exit(1)
 
 
 def first_failure(error):
@@ -699,11 +719,4 @@ def first_failure(error):
 
 
 if __name__ == "__main__":
-    try:
-        anyio.run(main)
-    except BaseException as e:  # the client's task groups wrap our CheckFailed
-        failure = first_failure(e)
-        if failure is None:
-            raise
-        print(f"FAILED: {failure}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

@@ -18,12 +18,10 @@ import tempfile
 import zlib
 from pathlib import Path
 
-import anyio
-from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checks import CheckFailed, HttpServer, execute, expect, first_failure, ok  # noqa: E402
+from checks import CheckFailed, expect, ok, run_main, serving  # noqa: E402
 
 MAX_FILE = 1_000_000
 FLAGS = ["--max-output", "6000000", "--max-file-bytes", str(MAX_FILE), "--max-files-bytes", "1500000",
@@ -196,35 +194,18 @@ async def main():
         config = tmp / "servers.json"
         config.write_text('{"servers": {}}')
         env = {"PATH": "/usr/bin:/bin", "MCP_CODE_MODE_LOG": "warn"}
-        server = None
         options = dict(mode=args.mode, read_timeout_seconds=120)
-        if args.transport == "http":
-            server = HttpServer(args.bin, tmp, config, env, flags)
-            connect = server.client(**options)
-        else:
-            connect = Client(StdioServerParameters(command=args.bin, args=["serve", "--config", str(config), *flags], env=env), **options)
-        try:
-            async with connect as client:
-                report_uri = await csv_in_report_out(client)
-                await binary_in(client)
-                await image_out(client)
-                await bad_names_and_caps(client)
-                result_uri = await large_result_in_pages(client)
-                if server and client.protocol_version < "2026-07-28":
-                    await another_client_refused(server, args.mode, report_uri)
-                await eviction(client, result_uri)
-                print(f"ok: data ({args.mode}, protocol {client.protocol_version}, {args.transport}, {args.sandbox})")
-        finally:
-            if server:
-                server.stop()
+        async with serving(args.bin, args.transport, tmp, config, env, flags, **options) as (client, server):
+            report_uri = await csv_in_report_out(client)
+            await binary_in(client)
+            await image_out(client)
+            await bad_names_and_caps(client)
+            result_uri = await large_result_in_pages(client)
+            if server and client.protocol_version < "2026-07-28":
+                await another_client_refused(server, args.mode, report_uri)
+            await eviction(client, result_uri)
+            print(f"ok: data ({args.mode}, protocol {client.protocol_version}, {args.transport}, {args.sandbox})")
 
 
 if __name__ == "__main__":
-    try:
-        anyio.run(main)
-    except BaseException as e:
-        failure = first_failure(e)
-        if failure is None:
-            raise
-        print(f"FAILED: {failure}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

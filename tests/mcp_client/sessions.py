@@ -15,10 +15,9 @@ import tempfile
 from pathlib import Path
 
 import anyio
-from mcp import Client, StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checks import TOKEN, CheckFailed, HttpServer, MODULES, expect, first_failure  # noqa: E402
+from checks import MODULES, expect, run_main, serving  # noqa: E402
 
 
 async def call(client, tool, **arguments):
@@ -251,29 +250,11 @@ async def main():
         config_path.write_text(json.dumps({"mcpServers": servers}))
         env = {"PATH": __import__("os").environ["PATH"], "MCP_CODE_MODE_LOG": "warn"}
         flags = ["--sandbox", args.sandbox, *FLAGS[args.check]]
-        server = None
         options = dict(mode=args.mode, read_timeout_seconds=60)
-        if args.transport == "http":
-            server = HttpServer(args.bin, tmp, config_path, env, flags)
-            connect = server.client(**options)
-        else:
-            params = StdioServerParameters(command=args.bin, args=["serve", "--config", str(config_path), *flags], env=env)
-            connect = Client(params, **options)
-        try:
-            async with connect as client:
-                await CHECKS[args.check](client, server, args)
-                print(f"ok: {args.check} ({args.transport}, {args.sandbox}, protocol {client.protocol_version})")
-        finally:
-            if server:
-                server.stop()
+        async with serving(args.bin, args.transport, tmp, config_path, env, flags, **options) as (client, server):
+            await CHECKS[args.check](client, server, args)
+            print(f"ok: {args.check} ({args.transport}, {args.sandbox}, protocol {client.protocol_version})")
 
 
 if __name__ == "__main__":
-    try:
-        anyio.run(main)
-    except BaseException as e:
-        failure = first_failure(e)
-        if failure is None:
-            raise
-        print(f"FAILED: {failure}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)
