@@ -6,17 +6,13 @@
  * down its "shell" path (files through `readbuffer`, no fetch, no URL); `WorkerGlobalScope` keeps
  * the Emscripten glue off its d8 path (whose random source would be `os.system`).
  *
- * Everything that touches the host goes through a Rust op that validates its own arguments:
- *   op_assets_read, op_assets_text   pinned Pyodide files only
- *   op_entropy_fill                  seeded or fresh randomness (the sandbox's only entropy)
- *   op_clock_now                     monotonic milliseconds
- *   op_text_decode                   utf-8 / latin1 / utf-16le, with `fatal`
- *   op_void_async_deferred           deno_core's own: resolves on the next event-loop turn
- *   op_wasm_cached_module, op_wasm_cache_module   Pyodide's wasm, compiled once per process
- *   op_output_write                  `console` writes to the script's captured stderr
- *   op_memory_charge                 the sandbox's memory budget (see "Memory" below)
- *   op_wasm_compile_listed           compiles a wheelhouse package's own wasm module (by sha256)
- * Nothing here is Pyodide-specific beyond the names above; no other host file is reachable.
+ * Everything that touches the host goes through a Rust op that validates its own arguments (the
+ * op families and the JS using each: crates/sandbox/src/bridge/mod.rs): Pyodide's pinned files
+ * only, seeded or fresh randomness (the sandbox's only entropy), a monotonic clock, text decoding
+ * (utf-8 / latin1 / utf-16le, `fatal`), Pyodide's wasm compiled once per process and wheelhouse
+ * packages' own wasm by sha256, `console` writes to the script's captured stderr, the memory
+ * budget (see "Memory" below); and deno_core's `op_void_async_deferred` (next event-loop turn).
+ * Nothing here is Pyodide-specific beyond the file names; no other host file is reachable.
  *
  * The ops are held in this module's closures only: main_deno.js deletes `globalThis.Deno` before
  * any script runs, and a script that reaches the real global (it can) finds only the functions

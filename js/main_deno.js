@@ -7,11 +7,8 @@
  *
  * Each outcome is reported with the token that came with its job, which only this module holds.
  *
- * Ops used: op_snapshot_read, op_snapshot_save, op_sandbox_settings, op_sandbox_ready, op_sandbox_idle,
- *           op_sandbox_next_job, op_sandbox_report,
- *           op_output_write, op_tools_call, op_tools_catalog, op_tools_server_catalog, op_tools_server_ready,
- *           op_wheels_lock, op_wheels_index, op_wheels_member_fill
- *           (and host_deno.js's own).
+ * The ops it calls, and host_deno.js's, are listed by family in crates/sandbox/src/bridge/mod.rs
+ * (a test keeps that list, the extension's and what the JS calls the same).
  */
 import { encodeCounted } from "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
 import { loadPyodide } from "../pyodide/pyodide.mjs";

@@ -640,3 +640,75 @@ fn op_wasm_compile_listed<'s>(
 /// The wheelhouse modules a sandbox has compiled, by sha256 (see `op_wasm_compile_listed`).
 #[derive(Default)]
 struct ListedModules(std::collections::HashMap<[u8; 32], v8::Global<v8::WasmModuleObject>>);
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Names of the ops the sandbox's JS calls (`ops.op_…`), in every file it loads.
+    fn called_from_js() -> BTreeSet<String> {
+        crate::assets::JS_FILES
+            .iter()
+            .flat_map(|(_, text)| names_after(text, "ops.op_"))
+            .map(|rest| format!("op_{rest}"))
+            .collect()
+    }
+
+    /// What follows each `marker` in `text`: the longest run of `[a-z_|]`.
+    fn names_after<'a>(text: &'a str, marker: &str) -> Vec<&'a str> {
+        text.match_indices(marker)
+            .map(|(at, _)| {
+                let rest = &text[at + marker.len()..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_lowercase() || c == '_' || c == '|'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect()
+    }
+
+    /// The ops this module's doc table names: `op_tools_catalog|call` is `op_tools_catalog`
+    /// and `op_tools_call`.
+    fn documented() -> BTreeSet<String> {
+        let doc: String = include_str!("mod.rs")
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut ops = BTreeSet::new();
+        for named in names_after(&doc, "`op_") {
+            let mut names = named.split('|');
+            let first = format!("op_{}", names.next().unwrap());
+            let family = &first[..3 + first[3..].find('_').unwrap() + 1]; // "op_tools_"
+            ops.extend(names.map(|rest| format!("{family}{rest}")));
+            ops.insert(first);
+        }
+        ops
+    }
+
+    /// The op list has one copy, the extension's: the doc table and the JS are checked against it.
+    #[test]
+    fn the_ops_the_js_calls_are_the_extensions_and_documented() {
+        let ours: BTreeSet<String> = super::codemode_bridge::init()
+            .ops
+            .iter()
+            .map(|op| op.name.to_owned())
+            .collect();
+        let kept: BTreeSet<String> = super::KEPT_DENO_CORE_OPS
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let called = called_from_js();
+        let unused: Vec<_> = ours.difference(&called).collect();
+        assert!(unused.is_empty(), "ops no JS calls: {unused:?}");
+        let unknown: Vec<_> = called
+            .difference(&ours)
+            .filter(|op| !kept.contains(*op))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "the JS calls ops that are disabled: {unknown:?}"
+        );
+        assert_eq!(documented(), ours, "bridge/mod.rs's table of op families");
+    }
+}
