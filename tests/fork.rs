@@ -126,6 +126,19 @@ fn a_child_that_dies_says_why_first() {
 }
 
 #[test]
+fn a_child_generates_no_code_from_strings() {
+    // The zygote sets its own V8 flags (single-threaded): this one must be among them.
+    let out = run(
+        &["--json"],
+        &[],
+        "import pyodide_js\npyodide_js.runPython.constructor('return 1')()",
+    );
+    let report = json(&out);
+    let error = report["error"].to_string();
+    assert!(error.contains("EvalError"), "{report}");
+}
+
+#[test]
 fn memory_bombs_are_stopped_in_a_child() {
     for bomb in [
         "x = []\nwhile True:\n    x.append(bytearray(1 << 20))\n",

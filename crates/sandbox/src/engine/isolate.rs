@@ -30,21 +30,30 @@ const LARGEST_V8_ALLOCATION: usize = 1 << 30;
 pub fn init_v8() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // `--disallow-code-generation-from-strings` closes the `Function("...")` / eval route
-        // from Python into arbitrary host JS. The rest keeps JS compilation off V8's shared
-        // worker threads: a background compile job that needs a GC waits for its isolate's own
-        // thread, and a session's isolate is not driven between jobs (`drive_jobs`), so two such
-        // jobs held both workers for good and every other sandbox's boot hung on them (seen with
-        // gdb: `CollectionBarrier::AwaitCollectionBackground` under `ConcurrentBaselineCompiler`).
-        let unrecognized = deno_core::v8_set_flags(vec![
-            "".into(),
-            "--disallow-code-generation-from-strings".into(),
-            "--no-concurrent-sparkplug".into(),
-            "--no-concurrent-recompilation".into(),
-            "--no-concurrent-osr".into(),
+        // These keep JS compilation off V8's shared worker threads: a background compile job
+        // that needs a GC waits for its isolate's own thread, and a session's isolate is not
+        // driven between jobs (`drive_jobs`), so two such jobs held both workers for good and
+        // every other sandbox's boot hung on them (seen with gdb:
+        // `CollectionBarrier::AwaitCollectionBackground` under `ConcurrentBaselineCompiler`).
+        set_v8_flags(&[
+            "--no-concurrent-sparkplug",
+            "--no-concurrent-recompilation",
+            "--no-concurrent-osr",
         ]);
-        debug_assert_eq!(unrecognized, vec![String::new()], "V8 flags not recognized");
     });
+}
+
+/// Sets V8's flags for this process: every sandbox's own, then `more` (the thread or the fork
+/// sandbox's). `--disallow-code-generation-from-strings` closes the `Function("...")` / eval
+/// route from Python into arbitrary host JS.
+pub(crate) fn set_v8_flags(more: &[&str]) {
+    let flags = ["", "--disallow-code-generation-from-strings"]
+        .iter()
+        .chain(more)
+        .map(|f| f.to_string())
+        .collect();
+    let unrecognized = deno_core::v8_set_flags(flags);
+    debug_assert_eq!(unrecognized, vec![String::new()], "V8 flags not recognized");
 }
 
 /// What a sandbox is made of before its isolate exists: the handle's half ([`Parts`]) and the

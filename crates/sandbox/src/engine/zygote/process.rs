@@ -57,13 +57,11 @@ pub fn run(options: ZygoteOptions) -> ! {
 /// quarter of a second for Python's interpreter loop) by every child whose calls differed —
 /// any child with tools configured (measured: 336 ms → 26 ms for `print(1)`).
 fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
-    let _unrecognized = deno_core::v8_set_flags(vec![
-        "".into(),
-        "--disallow-code-generation-from-strings".into(),
-        "--single-threaded".into(),
-        "--wasm-tiering-budget=52000000".into(),
-        "--invocation-count-for-turbofan=12000".into(),
-        "--no-wasm-deopt".into(),
+    isolate::set_v8_flags(&[
+        "--single-threaded",
+        "--wasm-tiering-budget=52000000",
+        "--invocation-count-for-turbofan=12000",
+        "--no-wasm-deopt",
     ]);
     let platform = v8::new_single_threaded_default_platform(false).make_shared();
     deno_core::JsRuntime::init_platform(Some(platform.clone()));
