@@ -454,63 +454,21 @@ fn a_users_wheels_load_and_wrong_ones_are_refused_at_start_up() {
     );
 }
 
-/// A minimal zip writer (stored entries) for the test's wheels; an empty name finishes the file.
-fn zip_writer(mut file: std::fs::File) -> impl FnMut(&str, &str) {
+/// A zip writer for the test's wheels (stored entries); an empty name finishes the file.
+fn zip_writer(file: std::fs::File) -> impl FnMut(&str, &str) {
     use std::io::Write;
-    let mut central = Vec::new();
-    let mut offset = 0u32;
-    let mut count = 0u16;
+    let mut zip = Some(zip::ZipWriter::new(file));
     move |name: &str, text: &str| {
+        let Some(writer) = zip.as_mut() else { return };
         if name.is_empty() {
-            let size = central.len() as u32;
-            file.write_all(&central).unwrap();
-            let mut end = b"PK\x05\x06\0\0\0\0".to_vec();
-            end.extend_from_slice(&count.to_le_bytes());
-            end.extend_from_slice(&count.to_le_bytes());
-            end.extend_from_slice(&size.to_le_bytes());
-            end.extend_from_slice(&offset.to_le_bytes());
-            end.extend_from_slice(&[0, 0]);
-            file.write_all(&end).unwrap();
+            zip.take().unwrap().finish().unwrap();
             return;
         }
-        let crc = crc32(text.as_bytes());
-        let (n, len) = (name.len() as u16, text.len() as u32);
-        let mut local = b"PK\x03\x04\x14\0\0\0\0\0\0\0\0\0".to_vec();
-        local.extend_from_slice(&crc.to_le_bytes());
-        local.extend_from_slice(&len.to_le_bytes());
-        local.extend_from_slice(&len.to_le_bytes());
-        local.extend_from_slice(&n.to_le_bytes());
-        local.extend_from_slice(&[0, 0]);
-        local.extend_from_slice(name.as_bytes());
-        file.write_all(&local).unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        let mut entry = b"PK\x01\x02\x14\0\x14\0\0\0\0\0\0\0\0\0".to_vec();
-        entry.extend_from_slice(&crc.to_le_bytes());
-        entry.extend_from_slice(&len.to_le_bytes());
-        entry.extend_from_slice(&len.to_le_bytes());
-        entry.extend_from_slice(&n.to_le_bytes());
-        entry.extend_from_slice(&[0; 12]);
-        entry.extend_from_slice(&offset.to_le_bytes());
-        entry.extend_from_slice(name.as_bytes());
-        central.extend_from_slice(&entry);
-        offset += local.len() as u32 + len;
-        count += 1;
+        let stored = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        writer.start_file(name, stored).unwrap();
+        writer.write_all(text.as_bytes()).unwrap();
     }
-}
-
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 /// `serve` and `run` install the bytecode build.rs compiled with each wheel (the sandbox never
