@@ -156,13 +156,21 @@ def _host():
 
 
 class ToolError(Exception):
-    """A tool call failed: the tool reported an error, or its server could not answer."""
+    """A tool call failed: the tool reported an error, or its server could not answer.
 
-    def __init__(self, server, tool, message):
+    `kind` says whose failure it is: "tool" (the tool reported an error), "server" (an error
+    answer, no answer in time, a lost connection), "invalid" (names or arguments refused),
+    "not_found" (no such server or tool), "unavailable" (disabled, starting, down), "denied" (a
+    rule or a person said no), "limit" (this execution's calls or memory), "replay" (a replay
+    diverged from its recording), "recorded" (an error replayed from a recording).
+    """
+
+    def __init__(self, server, tool, message, kind="server"):
         super().__init__(f"{server}.{tool}: {message}")
         self.server = server
         self.tool = tool
         self.message = message
+        self.kind = kind
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,7 +247,7 @@ def _unwrap(server, tool, envelope_json):
     envelope = json.loads(envelope_json)
     if envelope.get("ok"):
         return envelope.get("value")
-    raise ToolError(server, tool, envelope.get("error") or "unknown error")
+    raise ToolError(server, tool, envelope.get("error") or "unknown error", envelope.get("kind") or "server")
 
 
 def _make_tool(server, spec):
@@ -300,7 +308,7 @@ def _failing_tool(server, tool, message):
     """A tool of a server that could not be reached: calling it raises why, as the hub would."""
 
     def call(*args, **kwargs):
-        raise ToolError(server, tool, message)
+        raise ToolError(server, tool, message, "unavailable")
 
     call.__name__ = call.__qualname__ = python_name(tool)
     call.__doc__ = f"MCP server '{server}': {message}"

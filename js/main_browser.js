@@ -204,7 +204,7 @@ function startWorker() {
         if (!response.ok) throw new Error(`HTTP ${response.status} ${await response.text()}`);
         return await response.text();
       } catch (e) {
-        return JSON.stringify({ ok: false, error: `the browser host could not reach the hub: ${e}` });
+        return JSON.stringify({ ok: false, error: `the browser host could not reach the hub: ${e}`, kind: "server" });
       }
     },
     catalogJson: () => new TextDecoder().decode(syncRequest("GET", "catalog")),

@@ -487,8 +487,9 @@ impl ToolHost for ApprovingHost {
                     by,
                 }
             };
-            let refuse =
-                |message: String, approval: Approval| (Err(ToolCallError(message)), Some(approval));
+            let refuse = |message: String, approval: Approval| {
+                (Err(ToolCallError::Denied(message)), Some(approval))
+            };
             let approval = match verdict.policy {
                 Policy::Allow => decided("allowed", verdict.by),
                 Policy::Deny => {

@@ -241,7 +241,7 @@ for call in (lambda: tools.filesystem.read_text_file(path='/x'), lambda: tools.m
     try:
         call()
     except ToolError as e:
-        out.append([e.server, e.tool, e.message])
+        out.append([e.server, e.tool, e.message, e.kind])
 out"#;
     let out = cli(
         &["run", "--json", "--config", config.to_str().unwrap(), "-"],
@@ -250,6 +250,8 @@ out"#;
     let result = json(&out)["result"].clone();
     assert_eq!(result[0][0], "filesystem", "{result}");
     assert_eq!(result[0][1], "read_text_file", "{result}");
+    assert_eq!(result[0][3], "unavailable", "{result}");
+    assert_eq!(result[1][3], "unavailable", "{result}");
     let why = result[0][2].as_str().unwrap_or_default();
     assert!(
         why.contains("not running") && why.contains("'nodejs-nope-not-installed' was not found"),

@@ -408,7 +408,7 @@ impl ToolHost for EchoHost {
                 "get-sum" => Ok(json!(
                     args["a"].as_f64().unwrap() + args["b"].as_f64().unwrap()
                 )),
-                _ => Err(ToolCallError("it broke".into())),
+                _ => Err(ToolCallError::Tool("it broke".into())),
             }
         })
     }
@@ -447,13 +447,13 @@ r = await asyncio.gather(coro(1), coro(2), tools.test.echo.aio(x=3))\n\
 #[tokio::test]
 async fn dashed_names_are_mapped_and_tool_errors_raise_tool_error() {
     let code = "s = tools.test.get_sum(a=2, b=3)\n\
-try:\n    tools.test.fail()\nexcept ToolError as e:\n    err = (e.server, e.tool, e.message)\n\
+try:\n    tools.test.fail()\nexcept ToolError as e:\n    err = (e.server, e.tool, e.message, e.kind)\n\
 [s, err, tools.test.get_sum.mcp_name]";
     let o = with_tools(code).await;
     assert_eq!(o.error, None, "{:?}", o.error);
     assert_eq!(
         o.result,
-        json!([5.0, ["test", "fail", "it broke"], "get-sum"])
+        json!([5.0, ["test", "fail", "it broke", "tool"], "get-sum"])
     );
     assert_eq!(
         o.tool_calls.iter().map(|c| c.ok).collect::<Vec<_>>(),

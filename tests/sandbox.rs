@@ -465,12 +465,14 @@ async fn the_tool_call_cap_holds_for_calls_in_flight() {
     let (o, reached) = with_counted_tools(
         "import asyncio\n\
 r = await asyncio.gather(*(tools.test.echo.aio(i=i) for i in range(1500)), return_exceptions=True)\n\
-[sum(1 for x in r if not isinstance(x, Exception)), str(next(x for x in r if isinstance(x, Exception)))]",
+failed = next(x for x in r if isinstance(x, Exception))\n\
+[sum(1 for x in r if not isinstance(x, Exception)), str(failed), failed.kind]",
     )
     .await;
     assert_eq!(o.error, None, "{}", error_text(&o));
     assert_eq!(reached, 1000, "calls that reached the host");
     assert_eq!(o.result[0], json!(1000));
+    assert_eq!(o.result[2], "limit");
     assert!(
         o.result[1]
             .as_str()
@@ -484,13 +486,17 @@ r = await asyncio.gather(*(tools.test.echo.aio(i=i) for i in range(1500)), retur
 #[tokio::test]
 async fn huge_tool_arguments_are_refused_before_parsing() {
     let (o, reached) = with_counted_tools(
-        "try:\n    tools.test.echo(blob='x' * (20 * 2**20))\nexcept ToolError as e:\n    err = e.message\nerr",
+        "try:\n    tools.test.echo(blob='x' * (20 * 2**20))\nexcept ToolError as e:\n    err = [e.message, e.kind]\nerr",
     )
     .await;
     assert_eq!(o.error, None, "{}", error_text(&o));
     assert_eq!(reached, 0);
+    assert_eq!(o.result[1], "invalid");
     assert!(
-        o.result.as_str().unwrap().contains("more than the 8 MiB"),
+        o.result[0]
+            .as_str()
+            .unwrap()
+            .contains("more than the 8 MiB"),
         "{}",
         o.result
     );

@@ -345,7 +345,7 @@ impl ToolHost for Hub {
     ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
         let Some(slot) = self.slot(server) else {
             let message = self.unknown_server(server);
-            return Box::pin(async move { Err(ToolCallError(message)) });
+            return Box::pin(async move { Err(ToolCallError::NotFound(message)) });
         };
         if slot.config.disabled {
             let message = format!(
@@ -354,7 +354,7 @@ impl ToolHost for Hub {
                     .map(|name| format!(" (\"disabled\": true in {name})"))
                     .unwrap_or_default()
             );
-            return Box::pin(async move { Err(ToolCallError(message)) });
+            return Box::pin(async move { Err(ToolCallError::Unavailable(message)) });
         }
         // Spawned on the hub's runtime: the caller polls from the sandbox thread's own runtime.
         // Aborted when dropped, so an abandoned call stops.
@@ -367,10 +367,10 @@ impl ToolHost for Hub {
         Box::pin(async move {
             match task.await {
                 Ok(result) => result,
-                Err(e) if e.is_cancelled() => Err(ToolCallError(format!(
+                Err(e) if e.is_cancelled() => Err(ToolCallError::Unavailable(format!(
                     "MCP server '{server}': the call was cancelled (mcp-code-mode is shutting down)"
                 ))),
-                Err(e) => Err(ToolCallError(format!(
+                Err(e) => Err(ToolCallError::Server(format!(
                     "MCP server '{server}': the call failed inside mcp-code-mode: {e}"
                 ))),
             }
@@ -391,12 +391,12 @@ async fn ready(slot: &Slot, deadline: tokio::time::Instant) -> Result<Arc<Live>,
     let phase = match waited {
         Ok(Ok(phase)) => phase.clone(),
         Ok(Err(_)) => {
-            return Err(ToolCallError(format!(
+            return Err(ToolCallError::Unavailable(format!(
                 "MCP server '{name}' is not running (mcp-code-mode is shutting down)"
             )))
         }
         Err(_) => {
-            return Err(ToolCallError(format!(
+            return Err(ToolCallError::Unavailable(format!(
                 "MCP server '{name}' is still starting after {} (its timeout_s)",
                 seconds(slot.config.timeout)
             )))
@@ -404,12 +404,16 @@ async fn ready(slot: &Slot, deadline: tokio::time::Instant) -> Result<Arc<Live>,
     };
     match phase {
         Phase::Running(live) => Ok(live),
-        Phase::Down { reason, retry_at } => Err(ToolCallError(format!(
+        Phase::Down { reason, retry_at } => Err(ToolCallError::Unavailable(format!(
             "MCP server '{name}' is not running: {reason}; {}",
             retry_text(retry_at)
         ))),
-        Phase::Disabled => Err(ToolCallError(format!("MCP server '{name}' is disabled"))),
-        Phase::Starting { .. } => Err(ToolCallError(format!("MCP server '{name}' is starting"))),
+        Phase::Disabled => Err(ToolCallError::Unavailable(format!(
+            "MCP server '{name}' is disabled"
+        ))),
+        Phase::Starting { .. } => Err(ToolCallError::Unavailable(format!(
+            "MCP server '{name}' is starting"
+        ))),
     }
 }
 
@@ -425,21 +429,26 @@ async fn call_tool(
     let mut stepped_up = false;
     loop {
         if !live.tools.iter().any(|t| t.name == tool) {
-            return Err(ToolCallError(unknown_tool(name, &tool, &live)));
+            return Err(ToolCallError::NotFound(unknown_tool(name, &tool, &live)));
         }
         let params = CallToolRequestParams::new(tool.clone()).with_arguments(arguments.clone());
         // Timing out drops the request future, which sends notifications/cancelled downstream.
         let outcome = tokio::time::timeout_at(deadline, live.peer.call_tool(params)).await;
         return match outcome {
-            Err(_) => Err(ToolCallError(format!(
+            Err(_) => Err(ToolCallError::Server(format!(
                 "MCP server '{name}': tool '{tool}' did not answer within {} (the server's timeout_s)",
                 seconds(timeout)
             ))),
             Ok(Ok(result)) => shape_result(&result),
-            Ok(Err(ServiceError::McpError(error))) => Err(ToolCallError(format!(
-                "MCP server '{name}': {}",
-                error.message
-            ))),
+            Ok(Err(ServiceError::McpError(error))) => {
+                let message = format!("MCP server '{name}': {}", error.message);
+                // Arguments the tool's own checks refused are the call's fault, not the server's.
+                Err(if error.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                    ToolCallError::Invalid(message)
+                } else {
+                    ToolCallError::Server(message)
+                })
+            }
             Ok(Err(error @ ServiceError::TransportSend(_)))
                 if error
                     .auth_challenge()
@@ -457,14 +466,14 @@ async fn call_tool(
                         continue;
                     }
                 }
-                Err(ToolCallError(format!(
+                Err(ToolCallError::Denied(format!(
                     "MCP server '{name}': tool '{tool}' needs an OAuth scope the token lacks ({wanted}); signing in for it did not succeed: run `mcp-code-mode login {name}`"
                 )))
             }
             Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => Err(
-                ToolCallError(crashed_during_call(&slot, &live, &tool).await),
+                ToolCallError::Server(crashed_during_call(&slot, &live, &tool).await),
             ),
-            Ok(Err(other)) => Err(ToolCallError(format!("{name}: {other}"))),
+            Ok(Err(other)) => Err(ToolCallError::Server(format!("{name}: {other}"))),
         };
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 /// human (or model) to read.
 pub fn shape_result(result: &CallToolResult) -> Result<Value, ToolCallError> {
     if result.is_error == Some(true) {
-        return Err(ToolCallError(error_text(result)));
+        return Err(ToolCallError::Tool(error_text(result)));
     }
     if let Some(structured) = &result.structured_content {
         return Ok(structured.clone());
@@ -246,14 +246,14 @@ mod tests {
         }));
         assert_eq!(
             shape_result(&r),
-            Err(ToolCallError(
+            Err(ToolCallError::Tool(
                 "ENOENT: no such file\n(read_text_file)".to_owned()
             ))
         );
         let r = result(json!({"content": [], "isError": true}));
         assert_eq!(
             shape_result(&r),
-            Err(ToolCallError(
+            Err(ToolCallError::Tool(
                 "the tool reported an error without a message".to_owned()
             ))
         );

@@ -128,9 +128,9 @@ impl ToolHost for Player {
     fn wait_ready(&self, server: &str) -> BoxFuture<'static, Result<(), ToolCallError>> {
         let header = &self.inner.cassette.header;
         let result = if let Some(wait) = header.waits.iter().find(|w| w.server == server) {
-            Err(ToolCallError(wait.error.clone()))
+            Err(ToolCallError::Recorded(wait.error.clone()))
         } else if let Some(down) = header.unavailable.iter().find(|u| u.server == server) {
-            Err(ToolCallError(format!(
+            Err(ToolCallError::Unavailable(format!(
                 "replay: MCP server '{server}' was {} when {} was recorded, and the script did not wait for it then",
                 down.state, self.inner.label
             )))
@@ -164,7 +164,7 @@ impl ToolHost for Player {
         };
         let Some(index) = matched else {
             let message = inner.divergence(server, tool, &arguments);
-            return Box::pin(async move { Err(ToolCallError(message)) });
+            return Box::pin(async move { Err(ToolCallError::Replay(message)) });
         };
         Box::pin(async move { inner.answer(index).await })
     }
@@ -185,7 +185,7 @@ impl Inner {
             while *prefix.borrow_and_update() < call.after {
                 if !answered_in_time(&mut prefix, call.after).await {
                     self.used.lock()[index] = false;
-                    return Err(ToolCallError(self.out_of_order(call)));
+                    return Err(ToolCallError::Replay(self.out_of_order(call)));
                 }
             }
             while *prefix.borrow_and_update() < done - 1 {
@@ -217,7 +217,7 @@ impl Inner {
         }
         call.answer()
             .expect("a completed call has an answer (checked on load)")
-            .map_err(ToolCallError)
+            .map_err(ToolCallError::Recorded)
     }
 
     /// Why `call` (matched, but recorded after calls this run has not made) fails.
@@ -449,7 +449,9 @@ mod tests {
     }
 
     async fn call(p: &Player, tool: &str, a: Value) -> Result<Value, String> {
-        p.call("fs", tool, args(a)).await.map_err(|e| e.0)
+        p.call("fs", tool, args(a))
+            .await
+            .map_err(|e| e.message().to_owned())
     }
 
     /// Two calls made one after the other: read a, then read b.

@@ -171,7 +171,7 @@ impl ToolHost for Recorder {
             if let Err(e) = &result {
                 log.lock().waits.push(Wait {
                     server,
-                    error: redactor.text(&e.0).into_owned(),
+                    error: redactor.text(e.message()).into_owned(),
                 });
             }
             result
@@ -222,7 +222,7 @@ impl ToolHost for Recorder {
             // Redacted outside the lock: a result may be megabytes.
             let (recorded, failed) = match &result {
                 Ok(value) => (Some(redactor.value(value)), None),
-                Err(e) => (None, Some(redactor.text(&e.0).into_owned())),
+                Err(e) => (None, Some(redactor.text(e.message()).into_owned())),
             };
             let mut key_values = Default::default();
             if let Ok(value) = &result {

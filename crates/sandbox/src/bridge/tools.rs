@@ -54,10 +54,75 @@ pub struct ServerCatalog {
     pub tools: Arc<Vec<ToolSpec>>,
 }
 
-/// Why a tool call failed, in words the script's author can act on.
+/// Why a tool call failed, in words the script's author can act on; the kind says whose failure
+/// it is, for code (and tests) that must tell them apart without reading the words.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
-#[error("{0}")]
-pub struct ToolCallError(pub String);
+pub enum ToolCallError {
+    /// The call is wrong: a name, arguments or a size the bridge or the tool's schema refuses.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such server, or no such tool on it.
+    #[error("{0}")]
+    NotFound(String),
+    /// The server is configured but takes no calls now: disabled, starting, down, stopping.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A rule or a person said no (approvals), or nobody could be asked.
+    #[error("{0}")]
+    Denied(String),
+    /// One of this execution's limits: its number of calls, its memory.
+    #[error("{0}")]
+    Limit(String),
+    /// The tool ran and reported an error (MCP `isError`), in its own words.
+    #[error("{0}")]
+    Tool(String),
+    /// The server failed the call: an error answer, no answer in time, a lost connection.
+    #[error("{0}")]
+    Server(String),
+    /// A replayed execution asked for what its recording does not hold.
+    #[error("{0}")]
+    Replay(String),
+    /// An error a recording holds, replayed (recordings keep its words, not its kind).
+    #[error("{0}")]
+    Recorded(String),
+}
+
+impl ToolCallError {
+    /// The kind's name, as Python's `ToolError.kind` has it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid",
+            Self::NotFound(_) => "not_found",
+            Self::Unavailable(_) => "unavailable",
+            Self::Denied(_) => "denied",
+            Self::Limit(_) => "limit",
+            Self::Tool(_) => "tool",
+            Self::Server(_) => "server",
+            Self::Replay(_) => "replay",
+            Self::Recorded(_) => "recorded",
+        }
+    }
+
+    /// The envelope Python unwraps into a `ToolError` (see [`ToolBridge::call_envelope`]).
+    pub fn envelope(&self) -> String {
+        serde_json::json!({"ok": false, "error": self.message(), "kind": self.kind()}).to_string()
+    }
+
+    /// The words, whatever the kind.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Invalid(m)
+            | Self::NotFound(m)
+            | Self::Unavailable(m)
+            | Self::Denied(m)
+            | Self::Limit(m)
+            | Self::Tool(m)
+            | Self::Server(m)
+            | Self::Replay(m)
+            | Self::Recorded(m) => m,
+        }
+    }
+}
 
 /// Access to downstream tools. Implementations must be cheap to call from any thread: the future
 /// is polled on the sandbox's own thread.
@@ -129,7 +194,7 @@ impl ToolHost for NoTools {
         _: Map<String, Value>,
     ) -> BoxFuture<'static, Result<Value, ToolCallError>> {
         let message = format!("no MCP server '{server}' is configured (called tool '{tool}')");
-        Box::pin(async move { Err(ToolCallError(message)) })
+        Box::pin(async move { Err(ToolCallError::NotFound(message)) })
     }
 }
 
@@ -207,7 +272,7 @@ impl ToolBridge {
             })
             .map(drop)
             .map_err(|_| {
-                ToolCallError(format!(
+                ToolCallError::Limit(format!(
                     "this script already started {} tool calls (or waits for a server), the most one execution may make",
                     self.max_calls
                 ))
@@ -221,7 +286,10 @@ impl ToolBridge {
             (Err(e), _) | (_, Err(e)) => Err(e),
             (Ok(()), Ok(server)) => self.host().wait_ready(&server).await,
         };
-        result.err().map(|e| e.0).unwrap_or_default()
+        result
+            .err()
+            .map(|e| e.message().to_owned())
+            .unwrap_or_default()
     }
 
     pub fn host(&self) -> Arc<dyn ToolHost> {
@@ -240,7 +308,7 @@ impl ToolBridge {
     }
 
     /// Makes one call and returns the JSON envelope Python unwraps:
-    /// `{"ok": true, "value": ...}` or `{"ok": false, "error": "..."}`.
+    /// `{"ok": true, "value": ...}` or `{"ok": false, "error": "...", "kind": "..."}`.
     pub async fn call_envelope(
         &self,
         server: &[u8],
@@ -251,7 +319,7 @@ impl ToolBridge {
         let started = Instant::now();
         let (server, tool) = match (name(server, "server"), name(tool, "tool")) {
             (Ok(server), Ok(tool)) => (server, tool),
-            (Err(e), _) | (_, Err(e)) => return error_envelope(&e.0),
+            (Err(e), _) | (_, Err(e)) => return e.envelope(),
         };
         let (result, approval) = self.call(&server, &tool, arguments_json, budget).await;
         let record = ToolCallRecord {
@@ -262,11 +330,10 @@ impl ToolBridge {
             approval,
         };
         self.calls.lock().push(record);
-        let envelope = match result {
-            Ok(value) => serde_json::json!({"ok": true, "value": value}),
-            Err(e) => serde_json::json!({"ok": false, "error": e.0}),
-        };
-        envelope.to_string()
+        match result {
+            Ok(value) => serde_json::json!({"ok": true, "value": value}).to_string(),
+            Err(e) => e.envelope(),
+        }
     }
 
     async fn call(
@@ -300,7 +367,7 @@ impl ToolBridge {
         let held = budget
             .reserve(arguments_json.len().saturating_mul(PARSED_ARGUMENTS_FACTOR))
             .ok_or_else(|| {
-                ToolCallError(format!(
+                ToolCallError::Limit(format!(
                     "not enough memory left (--memory-mb) to send {} bytes of arguments to {server}.{tool}",
                     arguments_json.len()
                 ))
@@ -308,11 +375,15 @@ impl ToolBridge {
         let arguments = match serde_json::from_slice(arguments_json) {
             Ok(Value::Object(map)) => map,
             Ok(other) => {
-                return Err(ToolCallError(format!(
+                return Err(ToolCallError::Invalid(format!(
                     "arguments must be a JSON object, got {other}"
                 )))
             }
-            Err(e) => return Err(ToolCallError(format!("arguments are not valid JSON: {e}"))),
+            Err(e) => {
+                return Err(ToolCallError::Invalid(format!(
+                    "arguments are not valid JSON: {e}"
+                )))
+            }
         };
         Ok((arguments, held))
     }
@@ -373,12 +444,8 @@ pub struct Tools(pub std::rc::Rc<dyn ToolPort>);
 /// no catalogue (see hub::wire), so they are refused before they are copied.
 pub const MAX_NAME_BYTES: usize = 4096;
 
-fn error_envelope(message: &str) -> String {
-    serde_json::json!({"ok": false, "error": message}).to_string()
-}
-
 fn arguments_too_large(server: &str, tool: &str, len: usize) -> ToolCallError {
-    ToolCallError(format!(
+    ToolCallError::Invalid(format!(
         "the arguments of {server}.{tool} are {len} bytes of JSON, more than the {} MiB one call may send",
         MAX_ARGUMENTS_BYTES >> 20
     ))
@@ -391,7 +458,7 @@ pub fn check_name(bytes: &[u8], what: &str) -> Result<(), ToolCallError> {
     }
     std::str::from_utf8(bytes)
         .map(drop)
-        .map_err(|_| ToolCallError(format!("the {what} name is not valid UTF-8")))
+        .map_err(|_| ToolCallError::Invalid(format!("the {what} name is not valid UTF-8")))
 }
 
 /// What a forked child refuses before it copies a call into a frame: the same refusals, in the
@@ -400,15 +467,13 @@ pub fn check_name(bytes: &[u8], what: &str) -> Result<(), ToolCallError> {
 pub fn precheck_call(server: &[u8], tool: &[u8], arguments_json: &[u8]) -> Result<(), String> {
     check_name(server, "server")
         .and(check_name(tool, "tool"))
-        .map_err(|e| error_envelope(&e.0))?;
+        .map_err(|e| e.envelope())?;
     if arguments_json.len() > MAX_ARGUMENTS_BYTES {
         let (server, tool) = (
             String::from_utf8_lossy(server),
             String::from_utf8_lossy(tool),
         );
-        return Err(error_envelope(
-            &arguments_too_large(&server, &tool, arguments_json.len()).0,
-        ));
+        return Err(arguments_too_large(&server, &tool, arguments_json.len()).envelope());
     }
     Ok(())
 }
@@ -416,15 +481,31 @@ pub fn precheck_call(server: &[u8], tool: &[u8], arguments_json: &[u8]) -> Resul
 /// A server or tool name as the script sent it: UTF-8 of at most [`MAX_NAME_BYTES`].
 fn name(bytes: &[u8], what: &str) -> Result<String, ToolCallError> {
     if bytes.len() > MAX_NAME_BYTES {
-        return Err(ToolCallError(format!(
+        return Err(ToolCallError::Invalid(format!(
             "a {what} name of {} bytes is longer than any served ({MAX_NAME_BYTES} at most)",
             bytes.len()
         )));
     }
     String::from_utf8(bytes.to_vec())
-        .map_err(|_| ToolCallError(format!("the {what} name is not valid UTF-8")))
+        .map_err(|_| ToolCallError::Invalid(format!("the {what} name is not valid UTF-8")))
 }
 
 pub fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ToolCallError;
+
+    #[test]
+    fn an_error_envelope_carries_the_words_and_the_kind() {
+        let e = ToolCallError::Denied("fs.write_file is denied by the rule \"write_*\"".into());
+        let envelope: serde_json::Value = serde_json::from_str(&e.envelope()).unwrap();
+        assert_eq!(
+            envelope,
+            serde_json::json!({"ok": false, "error": e.message(), "kind": "denied"})
+        );
+        assert_eq!(e.to_string(), e.message());
+    }
 }

@@ -432,7 +432,7 @@ impl ToolPort for RemotePort {
     }
     fn wait_ready(&self, server: JsBuffer) -> LocalBoxFuture<'static, String> {
         if let Err(e) = crate::bridge::tools::check_name(&server, "server") {
-            return Box::pin(async move { e.0 });
+            return Box::pin(async move { e.message().to_owned() });
         }
         self.request(frames::WAIT_READY, &[&server])
     }
@@ -449,13 +449,11 @@ impl ToolPort for RemotePort {
         }
         // The frame is a copy of the arguments: charged like any other host-side copy.
         let Some(held) = budget.reserve(arguments_json.len()) else {
-            let e = format!(
+            let refused = crate::bridge::ToolCallError::Limit(format!(
                 "not enough memory left (--memory-mb) to send {} bytes of arguments",
                 arguments_json.len()
-            );
-            return Box::pin(
-                async move { serde_json::json!({"ok": false, "error": e}).to_string() },
-            );
+            ));
+            return Box::pin(async move { refused.envelope() });
         };
         let answer = self.request(frames::CALL, &[&server, &tool, &arguments_json]);
         drop(held);
