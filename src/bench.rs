@@ -1840,7 +1840,8 @@ async fn child_memory() -> anyhow::Result<((f64, f64), Vec<(f64, f64)>)> {
     let server = ServerChild::start_with(2, "fork").await?;
     server.execute("print(1)", "1\n").await?;
     server.wait_steady("fork").await?;
-    server.settle(Duration::from_millis(500)).await?;
+    // The pool replaces spares forked before the zygote warmed up within a second of it.
+    server.settle(Duration::from_millis(1500)).await?;
     let zygote = server.zygote()?;
     let busy = "import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass\nprint(2)";
     let (ran, measured) = tokio::join!(server.execute(busy, "2\n"), async {

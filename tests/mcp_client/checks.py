@@ -198,12 +198,12 @@ async def check_structured(client, data, tmp):
     report = ok(await execute(client, "w = tools.everything.get_structured_content(location='Chicago')\n(type(w).__name__, sorted(w))"))
     expect(report["result"][0] == "dict" and "temperature" in report["result"][1], report["result"])
     report = ok(await execute(client, "import asyncio\nr = await asyncio.gather(tools.everything.get_sum.aio(a=2, b=3), tools.memory.read_graph.aio())\nr"))
-    expect("5" in json.dumps(report["result"][0]) and "entities" in report["result"][1], report["result"])
+    expect(report["result"][0] == "The sum of 2 and 3 is 5." and "entities" in report["result"][1], report["result"])
 
 
 async def check_dashed(client, data, tmp):
     report = ok(await execute(client, "s = tools.everything.get_sum(a=20, b=22)\nm = tools.everything.get_sum.mcp_name\n(s, m)"))
-    expect("42" in json.dumps(report["result"][0]) and report["result"][1] == "get-sum", report["result"])
+    expect(report["result"] == ["The sum of 20 and 22 is 42.", "get-sum"], report["result"])
 
 
 async def check_errors(client, data, tmp):
