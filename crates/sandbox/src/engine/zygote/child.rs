@@ -109,8 +109,10 @@ fn life(start: Start) -> Result<(), String> {
     std::thread::Builder::new()
         .name("sandbox-ipc".into())
         .spawn(move || {
+            // Buffered: a frame's header and a small payload come in one read.
+            let mut reader = std::io::BufReader::with_capacity(64 << 10, &*reader);
             let _ = started_tx.send(());
-            while let Ok(frame) = frames::read_blocking(&mut &*reader, MAX_PARENT_FRAME) {
+            while let Ok(frame) = frames::read_blocking(&mut reader, MAX_PARENT_FRAME) {
                 if frames_tx.send(frame).is_err() {
                     return;
                 }

@@ -76,20 +76,39 @@ impl Decoder for FrameCodec {
 }
 
 pub async fn write<W: AsyncWrite + Unpin>(w: &mut W, tag: u8, parts: &[&[u8]]) -> io::Result<()> {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
-    w.write_all(&header(tag, len)).await?;
-    for part in parts {
-        w.write_all(part).await?;
+    let header = header(tag, parts.iter().map(|p| p.len()).sum());
+    let mut slices = slices(&header, parts);
+    let mut bufs = &mut slices[..];
+    // One writev for the whole frame (as the peer reads it), looped for partial writes.
+    while !bufs.is_empty() {
+        match w.write_vectored(bufs).await? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => io::IoSlice::advance_slices(&mut bufs, n),
+        }
     }
     Ok(())
 }
 
+/// A frame as slices: its header, then its parts.
+fn slices<'a>(header: &'a [u8; 5], parts: &[&'a [u8]]) -> Vec<io::IoSlice<'a>> {
+    std::iter::once(&header[..])
+        .chain(parts.iter().copied())
+        .map(io::IoSlice::new)
+        .collect()
+}
+
 /// The blocking twins, for the child's synchronous requests.
 pub fn write_blocking<W: io::Write>(w: &mut W, tag: u8, parts: &[&[u8]]) -> io::Result<()> {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
-    w.write_all(&header(tag, len))?;
-    for part in parts {
-        w.write_all(part)?;
+    let header = header(tag, parts.iter().map(|p| p.len()).sum());
+    let mut slices = slices(&header, parts);
+    let mut bufs = &mut slices[..];
+    while !bufs.is_empty() {
+        match w.write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
     w.flush()
 }
@@ -142,6 +161,22 @@ pub fn encode_result(id: u64, text: &str) -> Vec<u8> {
 mod tests {
     use super::*;
     use futures::StreamExt;
+
+    #[tokio::test]
+    async fn a_frame_written_in_parts_through_a_narrow_pipe_reads_back_whole() {
+        // 7 bytes at a time: every vectored write is partial, across the header and the parts.
+        let (mut writer, read_end) = tokio::io::duplex(7);
+        let parts: [&[u8]; 3] = [b"id", &[9u8; 100], b""];
+        let writing =
+            tokio::spawn(async move { write(&mut writer, CALL, &[b"id", &[9u8; 100], b""]).await });
+        let frame = reader(read_end, 1024).next().await.unwrap().unwrap();
+        writing.await.unwrap().unwrap();
+        assert_eq!((frame.tag, frame.payload), (CALL, parts.concat()));
+        let mut blocking = Vec::new();
+        write_blocking(&mut blocking, REPORT, &parts).unwrap();
+        let frame = read_blocking(&mut &blocking[..], 1024).unwrap();
+        assert_eq!((frame.tag, frame.payload), (REPORT, parts.concat()));
+    }
 
     /// The parent races frame reads against finished tool calls in a `select!`: a read that
     /// loses the race mid-frame must lose nothing (it once dropped the bytes it had read, and
