@@ -109,10 +109,8 @@ fn life(start: Start) -> Result<(), String> {
     std::thread::Builder::new()
         .name("sandbox-ipc".into())
         .spawn(move || {
-            // Buffered: a frame's header and a small payload come in one read.
-            let mut reader = std::io::BufReader::with_capacity(64 << 10, &*reader);
             let _ = started_tx.send(());
-            while let Ok(frame) = frames::read_blocking(&mut reader, MAX_PARENT_FRAME) {
+            while let Ok(frame) = frames::read_blocking(&mut &*reader, MAX_PARENT_FRAME) {
                 if frames_tx.send(frame).is_err() {
                     return;
                 }
@@ -345,8 +343,10 @@ unsafe extern "C" fn v8_out_of_memory(location: *const std::ffi::c_char, details
     } else {
         "process"
     };
+    // Reported as the sandbox's memory running out: of its JavaScript heap, or of all of it.
     last_words(serde_json::json!({
-        "out_of_memory": kind,
+        "heap_exhausted": true,
+        "budget_exhausted": !details.is_heap_oom,
         "reason": format!("V8 ran out of memory ({kind}): {location}"),
     }));
     // SAFETY: V8 must not go on; what it would print goes nowhere.
@@ -360,17 +360,11 @@ fn last_words(died: serde_json::Value) {
     if SAID.swap(true, std::sync::atomic::Ordering::SeqCst) {
         return;
     }
-    let f = frame(frames::DIED, died.to_string().as_bytes());
-    // SAFETY: writes our own buffer to our own descriptor.
+    // SAFETY: borrows the events socket, which stays open (ManuallyDrop: never closed here).
+    let events = std::mem::ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(seal::EVENTS_FD) });
+    let _ = frames::write_blocking(&mut &*events, frames::DIED, &[died.to_string().as_bytes()]);
+    // SAFETY: reads into our own buffer from our own descriptor.
     unsafe {
-        let mut sent = 0;
-        while sent < f.len() {
-            let n = libc::write(seal::EVENTS_FD, f[sent..].as_ptr().cast(), f.len() - sent);
-            if n <= 0 {
-                break;
-            }
-            sent += n as usize;
-        }
         // Unread input would turn our close into a reset that discards what we wrote.
         let mut sink = [0u8; 4096];
         while libc::recv(
@@ -381,13 +375,6 @@ fn last_words(died: serde_json::Value) {
         ) > 0
         {}
     }
-}
-
-fn frame(tag: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(5 + payload.len());
-    f.extend_from_slice(&frames::header(tag, payload.len()));
-    f.extend_from_slice(payload);
-    f
 }
 
 /// The tool ops' port in a child: each request goes to the parent's bridge as the script's bytes.

@@ -548,12 +548,9 @@ impl ForkedSandbox {
 
     fn died(&self, json: &[u8], memory_mb: u64) -> super::ErrorInfo {
         let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
-        // V8 out of memory: of its heap, or of the system's memory, which the child's data
-        // limit (set from --memory-mb) bounds: the whole sandbox's memory used up.
-        let out_of_memory = v["out_of_memory"].as_str();
         died_error(
-            v["heap_exhausted"].as_bool().unwrap_or(false) || out_of_memory.is_some(),
-            v["budget_exhausted"].as_bool().unwrap_or(false) || out_of_memory == Some("process"),
+            v["heap_exhausted"].as_bool().unwrap_or(false),
+            v["budget_exhausted"].as_bool().unwrap_or(false),
             memory_mb,
             v["reason"].as_str().map(str::to_owned),
         )
