@@ -20,7 +20,7 @@ use std::os::unix::net::UnixStream;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// The zygote's ready sandbox, which each child inherits.
@@ -450,9 +450,18 @@ impl ToolPort for RemotePort {
     }
 }
 
-/// The zygote's probe (see `prefault::learn`): runs one `print(1)` job the way a child runs
-/// its first, in a forked copy of the zygote that then only reports which pages it wrote.
-pub fn probe(booted: Booted, rt: &tokio::runtime::Runtime) {
+/// The zygote's probe (see `prefault::learn`): runs a `print(1)` job the way a child runs its
+/// first, in a forked copy of the zygote, calls `look` (which reads the pages it wrote), then runs
+/// a few more. Returns how long the first took and the fastest of the others: a first job much
+/// slower than the steady state pays for work the zygote left undone (see `process::Warming`).
+pub fn probe(
+    booted: Booted,
+    rt: &tokio::runtime::Runtime,
+    look: &mut dyn FnMut(),
+) -> [Duration; 2] {
+    /// Jobs after the first; the fastest is the steady state (a later job can pay for a budget
+    /// that the first ones brought close).
+    const MORE_JOBS: usize = 3;
     let Booted {
         js,
         parts,
@@ -465,18 +474,26 @@ pub fn probe(booted: Booted, rt: &tokio::runtime::Runtime) {
         mut outcome_rx,
         ..
     } = parts;
-    let job = serde_json::json!({"code": "print(1)", "filename": "<probe>", "reseed": true});
-    let _ = job_tx.send(job.to_string());
     if let Some(warm) = js.op_state().borrow().try_borrow::<Rc<IdleWarmUp>>() {
         warm.answer(false);
     }
-    rt.block_on(async {
-        tokio::select! {
-            _ = outcome_rx.recv() => {}
-            _ = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)) => {}
-        }
-    });
-    // Never torn down: the probe ends in `_exit` once it has looked at its pages.
+    let mut run_one = || {
+        let started = Instant::now();
+        let job = serde_json::json!({"code": "print(1)", "filename": "<probe>", "reseed": true});
+        let _ = job_tx.send(job.to_string());
+        rt.block_on(async {
+            tokio::select! {
+                _ = outcome_rx.recv() => {}
+                _ = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)) => {}
+            }
+        });
+        started.elapsed()
+    };
+    let first = run_one();
+    look();
+    let steady = (0..MORE_JOBS).map(|_| run_one()).min().unwrap_or(first);
+    // Never torn down: the probe ends in `_exit` once it has reported.
     std::mem::forget(outcome_rx);
     std::mem::forget(job_tx);
+    [first, steady]
 }

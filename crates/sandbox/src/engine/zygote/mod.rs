@@ -302,19 +302,29 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
                 }
             }
             control::WARM => {
-                let prefault = control::text(packet);
-                let pages = prefault.parse::<usize>();
-                tracing::info!(
-                    "sandbox zygote warm after {pid} warm-up rounds (the last took {:.1} ms); {}",
-                    f64::from(control::status(packet)) / 1000.0,
-                    match &pages {
-                        Ok(n) => format!(
-                            "each child copies the {n} pages a job writes before its job comes"
-                        ),
-                        Err(_) => format!("no pages copied ahead of jobs: {prefault}"),
-                    }
-                );
-                shared.warm.send_replace(Some(pages.unwrap_or(0)));
+                // "pages first_job_µs steady_job_µs" from the probe, or why it failed.
+                let probe = control::text(packet);
+                let numbers: Vec<u64> = probe
+                    .split_ascii_whitespace()
+                    .map_while(|n| n.parse().ok())
+                    .collect();
+                let rounds = pid;
+                let last = f64::from(control::status(packet)) / 1000.0;
+                match numbers[..] {
+                    [pages, first, steady] => tracing::info!(
+                        "sandbox zygote warm after {rounds} warm-up rounds (the last took \
+                         {last:.1} ms); each child copies the {pages} pages a job writes before \
+                         its job comes; the probe's first job took {:.1} ms, later ones {:.1} ms",
+                        first as f64 / 1000.0,
+                        steady as f64 / 1000.0
+                    ),
+                    _ => tracing::info!(
+                        "sandbox zygote warm after {rounds} warm-up rounds (the last took \
+                         {last:.1} ms); no pages copied ahead of jobs: {probe}"
+                    ),
+                }
+                let pages = numbers.first().map_or(0, |&n| n as usize);
+                shared.warm.send_replace(Some(pages));
             }
             control::EXITED => {
                 let status = control::status(packet);

@@ -99,39 +99,57 @@ fn unkeyed_writable_regions() -> Result<Vec<(usize, usize)>, String> {
     Ok(regions)
 }
 
-/// Forks a probe that runs `job`, then reads from its own pagemap which pages of this process's
-/// writable memory it wrote, and hands their addresses back through a shared mapping. Call from
+/// What a probe found: the pages its first job wrote, how long that job took, and how long the
+/// fastest of the jobs it ran next took (the steady state).
+pub struct Learned {
+    pub pages: Vec<usize>,
+    pub first_job: Duration,
+    pub steady_job: Duration,
+}
+
+/// Forks a probe that runs `probe`, which calls back once its first job is done: the probe then
+/// reads from its own pagemap which pages of this process's writable memory it wrote, and hands
+/// their addresses back through a shared mapping, with the two times `probe` returns (its first
+/// job's, the steady state's). Call from
 /// the zygote's only thread. (The probe reads its own pagemap: the zygote may not read another
 /// process's, having left its user namespace, which makes it not dumpable.)
-pub fn learn(job: impl FnOnce()) -> Result<Vec<usize>, String> {
+pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Learned, String> {
     let regions = unkeyed_writable_regions()?;
-    // [count, page...], written by the probe.
-    let shared = SharedWords::new(1 + MAX_PAGES)?;
+    // [first job's µs, steady job's µs, looked (1: ok), count, page...], written by the probe.
+    const HEADER: usize = 4;
+    let shared = SharedWords::new(HEADER + MAX_PAGES)?;
     fork_to_all_mappings(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
-    // SAFETY: this process has one thread; the child runs `job` and ends in `_exit`.
+    // SAFETY: this process has one thread; the child runs `probe` and ends in `_exit`.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(format!("fork: {}", std::io::Error::last_os_error()));
     }
     if pid == 0 {
-        job();
-        let code = match written_pages(&regions) {
-            Ok(pages) => {
-                shared.set(0, pages.len());
+        let took = probe(&mut || {
+            if let Ok(pages) = written_pages(&regions) {
+                shared.set(2, 1);
+                shared.set(3, pages.len());
                 pages
                     .iter()
                     .enumerate()
-                    .for_each(|(i, &p)| shared.set(1 + i, p));
-                0
+                    .for_each(|(i, &p)| shared.set(HEADER + i, p));
             }
-            Err(_) => 70,
-        };
+        });
+        for (i, took) in took.iter().enumerate() {
+            shared.set(i, usize::try_from(took.as_micros()).unwrap_or(usize::MAX));
+        }
+        let code = if shared.get(2) == 1 { 0 } else { 70 };
         // SAFETY: ends the probe without the zygote's destructors.
         unsafe { libc::_exit(code) }
     }
     wait_exited(pid)?;
-    let count = shared.get(0).min(MAX_PAGES);
-    Ok((1..=count).map(|i| shared.get(i)).collect())
+    let count = shared.get(3).min(MAX_PAGES);
+    let micros = |i| Duration::from_micros(shared.get(i) as u64);
+    Ok(Learned {
+        pages: (HEADER..HEADER + count).map(|i| shared.get(i)).collect(),
+        first_job: micros(0),
+        steady_job: micros(1),
+    })
 }
 
 /// A run of words in a MAP_SHARED mapping: a forked probe's writes are seen by its parent.
