@@ -110,9 +110,9 @@ pub struct Learned {
 /// Forks a probe that runs `probe`, which calls back once its first job is done: the probe then
 /// reads from its own pagemap which pages of this process's writable memory it wrote, and hands
 /// their addresses back through a shared mapping, with the two times `probe` returns (its first
-/// job's, the steady state's). Call from
-/// the zygote's only thread. (The probe reads its own pagemap: the zygote may not read another
-/// process's, having left its user namespace, which makes it not dumpable.)
+/// job's, the steady state's). Call from the zygote's only thread. (The probe reads its own
+/// pagemap: the zygote may not read another process's, having left its user namespace, which
+/// makes it not dumpable.)
 pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Learned, String> {
     let regions = unkeyed_writable_regions()?;
     // [first job's µs, steady job's µs, looked (1: ok), count, page...], written by the probe.
