@@ -115,7 +115,11 @@ pub struct Learned {
 /// makes it not dumpable.)
 pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Learned, String> {
     let regions = unkeyed_writable_regions()?;
-    // [first job's µs, steady job's µs, looked (1: ok), count, page...], written by the probe.
+    // The shared words, written by the probe: a header, then the pages.
+    const FIRST_MICROS: usize = 0;
+    const STEADY_MICROS: usize = 1;
+    const LOOKED: usize = 2;
+    const COUNT: usize = 3;
     const HEADER: usize = 4;
     let shared = SharedWords::new(HEADER + MAX_PAGES)?;
     fork_to_all_mappings(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
@@ -127,28 +131,31 @@ pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Le
     if pid == 0 {
         let took = probe(&mut || {
             if let Ok(pages) = written_pages(&regions) {
-                shared.set(2, 1);
-                shared.set(3, pages.len());
+                shared.set(LOOKED, 1);
+                shared.set(COUNT, pages.len());
                 pages
                     .iter()
                     .enumerate()
                     .for_each(|(i, &p)| shared.set(HEADER + i, p));
             }
         });
-        for (i, took) in took.iter().enumerate() {
-            shared.set(i, usize::try_from(took.as_micros()).unwrap_or(usize::MAX));
+        for (slot, took) in [FIRST_MICROS, STEADY_MICROS].into_iter().zip(took) {
+            shared.set(
+                slot,
+                usize::try_from(took.as_micros()).unwrap_or(usize::MAX),
+            );
         }
-        let code = if shared.get(2) == 1 { 0 } else { 70 };
+        let code = if shared.get(LOOKED) == 1 { 0 } else { 70 };
         // SAFETY: ends the probe without the zygote's destructors.
         unsafe { libc::_exit(code) }
     }
     wait_exited(pid)?;
-    let count = shared.get(3).min(MAX_PAGES);
+    let count = shared.get(COUNT).min(MAX_PAGES);
     let micros = |i| Duration::from_micros(shared.get(i) as u64);
     Ok(Learned {
         pages: (HEADER..HEADER + count).map(|i| shared.get(i)).collect(),
-        first_job: micros(0),
-        steady_job: micros(1),
+        first_job: micros(FIRST_MICROS),
+        steady_job: micros(STEADY_MICROS),
     })
 }
 
