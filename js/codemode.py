@@ -100,9 +100,8 @@ sorted(counts.items())[:3], total, len(found), repr(points[0]), message
 
 
 # What installing and importing a wheelhouse package runs, without installing one: lay a wheel
-# out in a scratch folder and read its files, load a module from a file, compile a large
-# source (argparse's, read, not imported). In a zygote, so that every child finds that code
-# compiled and optimized already.
+# out in a scratch folder and read its files, load a module from a file. In a zygote, so that
+# every child finds that code compiled and optimized already.
 WARM_IMPORT = """\
 import codemode, importlib.util, os, shutil
 packages = codemode._WHEELHOUSE.packages()
@@ -123,23 +122,48 @@ with open("/tmp/codemode-warm/warm_pkg.py", "w") as f:
 spec = importlib.util.spec_from_file_location("warm_pkg", "/tmp/codemode-warm/warm_pkg.py")
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-compile(importlib.util.find_spec("argparse").loader.get_source("argparse"), "<warm-up>", "exec")
 shutil.rmtree("/tmp/codemode-warm")
 module.VALUE
 """
 
 
+# Python's compiler, on every job's path (the script) and on a first import of what has no
+# bytecode: a large source (argparse's, read, not imported) compiled in parts, one job each, so
+# that no step of a round holds a request up long.
+WARM_COMPILE = "import codemode\ncompile(codemode._source_part('argparse', {part}, {parts}), '<warm-up>', 'exec')\n"
+WARM_COMPILE_PARTS = 4
+
+
+def _source_part(module, part, parts):
+    """Part `part` of `parts` of a standard-library module's source, cut where top-level
+    definitions start, so that each part compiles on its own. Read from the stdlib's zip, not
+    imported."""
+    import zipimport
+
+    source = zipimport.zipimporter(next(p for p in sys.path if p.endswith(".zip"))).get_source(module)
+    starts = [m.start() + 2 for m in re.finditer(r"\n\n(?=(?:def|class) )", source)]
+    cuts = [min(starts, key=lambda c: abs(c - len(source) * k // parts)) for k in range(1, parts)]
+    bounds = [0, *cuts, len(source)]
+    return source[bounds[part] : bounds[part + 1]]
+
+
 def warm_jobs():
     """A zygote's warm-up round, as jobs for runner.js's runJob: one like an agent's, one that
-    fails, one that does what importing a wheelhouse package does."""
-    codes = (WARM_ROUND, "def f(x):\n    return 1 / x\nf(0)", WARM_IMPORT)
+    fails, one that does what importing a wheelhouse package does, and the compiler's parts."""
+    codes = (
+        WARM_ROUND,
+        "def f(x):\n    return 1 / x\nf(0)",
+        WARM_IMPORT,
+        *(WARM_COMPILE.format(part=i, parts=WARM_COMPILE_PARTS) for i in range(WARM_COMPILE_PARTS)),
+    )
     return json.dumps([{"code": code, "filename": "<warm-up>", "reseed": True} for code in codes])
 
 
 def warm_done():
-    """After a zygote's warm-up round: what is alive now is the zygote's, shared with every child.
-    Frozen out of the cyclic GC (gc.freeze), so that no child's collection writes to (and so
-    copies) the pages holding it."""
+    """After each step of a zygote's warm-up (one job): what is alive now is the zygote's, shared
+    with every child forked next. Frozen out of the cyclic GC (gc.freeze), so that no child's
+    collection writes to (and so copies) the pages holding it; what was frozen before is not
+    walked again."""
     import gc
 
     linecache.cache.pop("<warm-up>", None)

@@ -13,7 +13,7 @@
 import { encodeCounted } from "./host_deno.js"; // must evaluate before pyodide.mjs: see its header
 import { loadPyodide } from "../pyodide/pyodide.mjs";
 import createPyodideModule from "../pyodide/pyodide.asm.mjs";
-import { bootSandbox, runJob, warmRound } from "./runner.js";
+import { bootSandbox, runJob, warmSteps } from "./runner.js";
 
 const ops = globalThis.Deno.core.ops;
 // From here on the ops live only in closures (this module's and host_deno.js's). Pyodide's
@@ -62,8 +62,9 @@ try {
   throw e;
 }
 ops.op_sandbox_ready("");
-// In a zygote, warm-up rounds run until a fork is asked for; the child then goes on to its job.
-while (await ops.op_sandbox_idle()) await warmRound(pyodide);
+// In a zygote, warm-up steps run until a fork is asked for; the child then goes on to its job.
+const warm = warmSteps(pyodide);
+while (await ops.op_sandbox_idle(warm.roundDone)) await warm.step();
 for (let next; (next = await ops.op_sandbox_next_job()) !== ""; ) {
   const { token, job } = JSON.parse(next);
   ops.op_sandbox_report(token, await runJob(pyodide, job));

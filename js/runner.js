@@ -299,14 +299,23 @@ function lazyFiles(FS) {
 }
 
 /**
- * One round of silent warm-up jobs, for a sandbox that others are copied from (a zygote): the
- * same path as a real job (runJob, a reseed included), so what a child runs is already compiled.
+ * Silent warm-up, for a sandbox that others are copied from (a zygote), one step at a time: each
+ * step runs the next job of a round (the same path as a real job: runJob, a reseed included, so
+ * what a child runs is already compiled) and then freezes what it left. The zygote forks only
+ * between steps, so a request waits for one step, not a whole round. `roundDone` says whether the
+ * last step ended a round.
  */
-export async function warmRound(pyodide) {
-  for (const job of JSON.parse(pyodide.runPython("import codemode\ncodemode.warm_jobs()"))) {
-    await runJob(pyodide, job);
-  }
-  pyodide.runPython("import codemode\ncodemode.warm_done()");
+export function warmSteps(pyodide) {
+  let left = [];
+  return {
+    roundDone: false,
+    async step() {
+      if (left.length === 0) left = JSON.parse(pyodide.runPython("import codemode\ncodemode.warm_jobs()"));
+      await runJob(pyodide, left.shift());
+      pyodide.runPython("import codemode\ncodemode.warm_done()");
+      this.roundDone = left.length === 0;
+    },
+  };
 }
 
 /**

@@ -1678,6 +1678,42 @@ async fn fork_section(plan: &Plan, thread_ready_p50: Option<f64>, quick: bool) {
         }
         Err(e) => line("8g. RSS over executions", failed(e), String::new()),
     }
+    let starts = if quick { 2 } else { 8 };
+    let show_early = |r: anyhow::Result<Vec<f64>>| match r {
+        Ok(s) => format!(
+            "{} p50, {} p95, {} max (n={}, {starts} starts)",
+            p(&s, 50.0),
+            p(&s, 95.0),
+            value(s.iter().copied().fold(0.0, f64::max), "ms"),
+            s.len()
+        ),
+        Err(e) => failed(e),
+    };
+    line(
+        "8h. `execute_code(\"print(1)\")` every 100 ms from a server's first result to 5 s after its start (the zygote warms up meanwhile), client-side",
+        show_early(first_seconds("fork", starts).await),
+        show_early(first_seconds("thread", starts).await) + " (`--pool-size 2`)",
+    );
+}
+
+/// Round trips in the first seconds of `starts` servers: from each one's first result (a cold
+/// start, not counted) a `print(1)` every 100 ms until 5 s after the server started, while a
+/// zygote is still warming up.
+async fn first_seconds(kind: &str, starts: usize) -> anyhow::Result<Vec<f64>> {
+    let mut samples = Vec::new();
+    for _ in 0..starts {
+        let started = Instant::now();
+        let server = ServerChild::start_with(2, kind).await?;
+        server.execute("print(1)", "1\n").await?;
+        while started.elapsed() < Duration::from_secs(5) {
+            let call = Instant::now();
+            server.execute("print(1)", "1\n").await?;
+            samples.push(ms(call.elapsed()));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        server.stop().await;
+    }
+    Ok(samples)
 }
 
 /// Fork latency: from asking the zygote to a child ready for its job (then `1` runs, unmeasured).

@@ -185,8 +185,9 @@ fn fork_and_thread_sandboxes_print_the_same_bytes() {
 
 /// The server's pool: children forked (and sealed) ahead of demand, from a zygote that warms up
 /// between forks. A spare serves a seeded job as a fresh fork would (before warm-up ends and
-/// after, when it copies ahead the pages a job writes), and nothing of the zygote's warm-up rounds
-/// (their prints, their source) reaches a job.
+/// after, when it copies ahead the pages a job writes), and nothing of the zygote's warm-up
+/// (the prints, source, files or modules of its steps) reaches a job forked before, during or
+/// after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
     use mcp_code_mode::engine::{Job, Limits, Pool, SandboxConfig, ZygoteCommand};
@@ -202,13 +203,24 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         seed: Some(42),
         ..SandboxConfig::new(Limits::default(), None)
     };
-    let code = "import random, linecache\nprint(random.random(), [k for k in linecache.cache if 'warm' in k])";
+    // What a warm-up step could leave behind: its source, its scratch folder, its module.
+    let code = "import random, linecache, os, sys\nprint(random.random(), [k for k in linecache.cache if 'warm' in k], os.path.exists('/tmp/codemode-warm'), 'warm_pkg' in sys.modules)";
     let from_spare = pool
         .take_for(seeded())
         .await
         .unwrap()
         .execute(Job::new(code))
         .await;
+    // Children forked while the zygote warms up, between the steps of its rounds.
+    for _ in 0..6 {
+        let sandbox = pool.take_for(seeded()).await.unwrap();
+        let mid_warm_up = sandbox.execute(Job::new(code)).await;
+        assert_eq!(
+            from_spare.stdout, mid_warm_up.stdout,
+            "{}",
+            mid_warm_up.stderr
+        );
+    }
     assert!(pool.wait_warm(wait).await, "the zygote finishes warming up");
     // From here on each child copies ahead the pages a job writes (engine/zygote/prefault.rs),
     // ~1,250 for `print(1)`: learned, and the jobs below still give the same bytes.
@@ -245,7 +257,7 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         "same seed, same bytes"
     );
     assert!(
-        from_spare.stdout.ends_with(" []\n"),
+        from_spare.stdout.ends_with(" [] False False\n"),
         "{}",
         from_spare.stdout
     );

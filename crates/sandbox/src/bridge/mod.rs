@@ -97,7 +97,7 @@ impl Lifecycle {
 }
 
 /// A zygote's sandbox goes on warming up between forks: with one of these in its `OpState`,
-/// `op_sandbox_idle` waits for the zygote to say whether to run another warm-up round (V8 then
+/// `op_sandbox_idle` waits for the zygote to say whether to run another warm-up step (V8 then
 /// tiers up Python's hot wasm functions once, in the zygote, instead of in every child). Without
 /// one (a thread sandbox) the runner goes straight to its job.
 #[derive(Default)]
@@ -105,12 +105,18 @@ pub struct IdleWarmUp {
     go: tokio::sync::Notify,
     more: Cell<bool>,
     asked: Cell<u64>,
+    rounds: Cell<u64>,
 }
 
 impl IdleWarmUp {
-    /// How often the runner has asked: each ask after the first ends a round.
+    /// How often the runner has asked: each ask after the first ends a step.
     pub fn asked(&self) -> u64 {
         self.asked.get()
+    }
+
+    /// How many of those steps ended a round (the runner's steps run a round's jobs in turn).
+    pub fn rounds(&self) -> u64 {
+        self.rounds.get()
     }
 
     /// Lets the waiting runner go on: another round (`true`), or on to its job (`false`).
@@ -363,10 +369,11 @@ fn op_sandbox_ready(state: &mut OpState, #[string] error: &str) {
     }
 }
 
-/// Between ready and the job: whether to run one more warm-up round (see [`IdleWarmUp`]).
-/// Answers `false` at once where there is no zygote, and once a job has been taken.
+/// Between ready and the job: whether to run one more warm-up step (see [`IdleWarmUp`]);
+/// `round_done` says whether the step before ended a round. Answers `false` at once where there
+/// is no zygote, and once a job has been taken.
 #[op2]
-async fn op_sandbox_idle(state: Rc<RefCell<OpState>>) -> bool {
+async fn op_sandbox_idle(state: Rc<RefCell<OpState>>, round_done: bool) -> bool {
     let warm = {
         let state = state.borrow();
         if booting() || state.borrow::<Lifecycle>().took_a_job {
@@ -378,6 +385,7 @@ async fn op_sandbox_idle(state: Rc<RefCell<OpState>>) -> bool {
         return false;
     };
     warm.asked.set(warm.asked.get() + 1);
+    warm.rounds.set(warm.rounds.get() + u64::from(round_done));
     warm.go.notified().await;
     warm.more.get()
 }

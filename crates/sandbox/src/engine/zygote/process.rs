@@ -150,36 +150,41 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
             continue; // EINTR
         }
         if ready == 0 {
-            let sandbox = booted.as_mut().expect("the zygote's sandbox");
-            if let Some((rounds, took)) = warming.round(&rt, sandbox, &warm)? {
-                let learned = prefault::learn(|look| {
-                    child::probe(booted.take().expect("the zygote's sandbox"), &rt, look)
-                });
-                let said = match learned {
-                    Ok(learned) => {
-                        if warming.probe_says_go_on(learned.first_job, learned.steady_job) {
-                            continue;
-                        }
-                        let said = format!(
-                            "{} {} {}",
-                            learned.pages.len(),
-                            learned.first_job.as_micros(),
-                            learned.steady_job.as_micros()
-                        );
-                        hot_pages = learned.pages;
-                        said
-                    }
-                    Err(e) => e,
-                };
-                let micros = i32::try_from(took.as_micros()).unwrap_or(i32::MAX);
-                let _ = control::send(
-                    CONTROL_FD,
-                    control::WARM,
-                    rounds as i32,
-                    micros,
-                    said.as_bytes(),
-                );
+            if warming.stage != Stage::Probe {
+                let sandbox = booted.as_mut().expect("the zygote's sandbox");
+                warming.step(&rt, sandbox, &warm)?;
+                continue;
             }
+            let learned = prefault::learn(|look| {
+                child::probe(booted.take().expect("the zygote's sandbox"), &rt, look)
+            });
+            let said = match learned {
+                Ok(learned) => {
+                    if warming.probe_says_go_on(learned.first_job, learned.steady_job) {
+                        continue;
+                    }
+                    let said = format!(
+                        "{} {} {}",
+                        learned.pages.len(),
+                        learned.first_job.as_micros(),
+                        learned.steady_job.as_micros()
+                    );
+                    hot_pages = learned.pages;
+                    said
+                }
+                Err(e) => {
+                    warming.stage = Stage::Done;
+                    e
+                }
+            };
+            let micros = i32::try_from(warming.last_round.as_micros()).unwrap_or(i32::MAX);
+            let _ = control::send(
+                CONTROL_FD,
+                control::WARM,
+                warming.rounds as i32,
+                micros,
+                said.as_bytes(),
+            );
             continue;
         }
         if fds[1].revents != 0 {
@@ -262,9 +267,11 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
     }
 }
 
-/// The zygote's warm-up between forks: rounds of the runner's `warmRound` while no request is
+/// The zygote's warm-up between forks: rounds of the runner's warm-up jobs while no request is
 /// waiting, until they stop paying (V8 has tiered up what they exercise), then a full GC so that
-/// children do not inherit garbage to sweep, and freed memory handed back to the kernel.
+/// children do not inherit garbage to sweep, and freed memory handed back to the kernel. Rounds
+/// run a job at a time (a step), and the zygote looks for requests between steps: one waits for
+/// a step at most (a round takes 90–130 ms here once warm, its longest step most of that).
 ///
 /// Then a probe (see `prefault::learn`) runs a child's first job. Every child of a zygote starts
 /// from the same state, so if one V8 budget was left just short of its threshold, every child
@@ -272,16 +279,32 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
 /// ~30 ms slower). A probe whose first job is far slower than its steady state sends the zygote
 /// back to a few more rounds, which cross such budgets in the zygote, once for all children.
 struct Warming {
+    stage: Stage,
     rounds: u32,
+    /// The steps of the round under way so far.
+    this_round: Duration,
+    last_round: Duration,
     best: Option<Duration>,
     /// Rounds in a row that were not clearly faster than the best so far.
     flat: u32,
     /// After a slow probe: the round at which to probe again.
     until: Option<u32>,
     probes: u32,
-    done: bool,
     /// Until then, requests have the zygote to themselves (see [`Warming::FIRST_REQUESTS`]).
     quiet_until: Instant,
+}
+
+/// Where the zygote's warm-up is; each stage but the last is work done between requests.
+#[derive(Debug, PartialEq)]
+enum Stage {
+    /// Steps of warm-up rounds.
+    Rounds,
+    /// Enough rounds: a full GC, and freed memory back to the kernel.
+    Settle,
+    /// The probe, which the zygote's loop runs (it forks).
+    Probe,
+    /// Warm: forks only.
+    Done,
 }
 
 impl Warming {
@@ -298,12 +321,14 @@ impl Warming {
 
     fn new(warm_up: bool) -> Self {
         Self {
+            stage: if warm_up { Stage::Rounds } else { Stage::Done },
             rounds: 0,
+            this_round: Duration::ZERO,
+            last_round: Duration::ZERO,
             best: None,
             flat: 0,
             until: None,
             probes: 0,
-            done: !warm_up,
             quiet_until: Instant::now() + Self::FIRST_REQUESTS,
         }
     }
@@ -319,16 +344,17 @@ impl Warming {
             if slow { " (slow: warming up further)" } else { "" }
         );
         if !slow || self.probes >= Self::MAX_PROBES {
+            self.stage = Stage::Done;
             return false;
         }
         self.until = Some(self.rounds + Self::MORE_ROUNDS);
-        self.done = false;
+        self.stage = Stage::Rounds;
         true
     }
 
-    /// How long to wait for a request (poll's timeout in ms; -1: for ever) before a round.
+    /// How long to wait for a request (poll's timeout in ms; -1: for ever) before the next step.
     fn poll_timeout(&self) -> i32 {
-        if self.done {
+        if self.stage == Stage::Done {
             return -1;
         }
         let quiet = self.quiet_until.saturating_duration_since(Instant::now());
@@ -336,19 +362,33 @@ impl Warming {
         i32::try_from(quiet.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
     }
 
-    /// One round; once the last is done, the rounds run and the last one's time.
-    fn round(
+    /// One step: a job of a round, or the GC that settles the last one.
+    fn step(
         &mut self,
         rt: &tokio::runtime::Runtime,
         booted: &mut child::Booted,
         warm: &IdleWarmUp,
-    ) -> Result<Option<(u32, Duration)>, String> {
+    ) -> Result<(), String> {
+        let child::Booted { js, platform, .. } = booted;
         let started = Instant::now();
-        let asked = warm.asked();
-        self.rounds += 1;
+        if self.stage == Stage::Settle {
+            js.v8_isolate().low_memory_notification();
+            while v8::Platform::pump_message_loop(platform, js.v8_isolate(), false) {}
+            // What boot and warm-up freed (the restored snapshot's bytes among it) goes back to
+            // the kernel: every fork copies the page tables of what stays (measured: the zygote
+            // 220 → 168 MB RSS).
+            // SAFETY: glibc's allocator, called from this process's only thread.
+            unsafe { libc::malloc_trim(0) };
+            tracing::trace!(
+                "sandbox zygote: the settling GC took {:?}",
+                started.elapsed()
+            );
+            self.stage = Stage::Probe;
+            return Ok(());
+        }
+        let (asked, rounds) = (warm.asked(), warm.rounds());
         // Always "more": only a child, after the fork, sends its runner on to the job.
         warm.answer(true);
-        let child::Booted { js, platform, .. } = booted;
         rt.block_on(std::future::poll_fn(|cx| {
             let polled = isolate::poll_js(js, Some(platform), cx);
             if warm.asked() > asked {
@@ -356,7 +396,14 @@ impl Warming {
             }
             polled.map(|ended| Err(format!("the sandbox ended while warming up: {ended:?}")))
         }))?;
-        let took = started.elapsed();
+        self.this_round += started.elapsed();
+        tracing::trace!("sandbox zygote: warm-up step took {:?}", started.elapsed());
+        if warm.rounds() == rounds {
+            return Ok(());
+        }
+        let took = std::mem::take(&mut self.this_round);
+        self.rounds += 1;
+        self.last_round = took;
         tracing::debug!(
             "sandbox zygote: warm-up round {} took {took:?}",
             self.rounds
@@ -371,17 +418,9 @@ impl Warming {
             None => self.rounds == Self::MAX_ROUNDS || self.flat >= Self::FLAT_ROUNDS,
         };
         if enough {
-            js.v8_isolate().low_memory_notification();
-            while v8::Platform::pump_message_loop(platform, js.v8_isolate(), false) {}
-            // What boot and warm-up freed (the restored snapshot's bytes among it) goes back to
-            // the kernel: every fork copies the page tables of what stays (measured: the zygote
-            // 220 → 168 MB RSS).
-            // SAFETY: glibc's allocator, called from this process's only thread.
-            unsafe { libc::malloc_trim(0) };
-            self.done = true;
-            return Ok(Some((self.rounds, took)));
+            self.stage = Stage::Settle;
         }
-        Ok(None)
+        Ok(())
     }
 }
 
@@ -447,19 +486,21 @@ mod tests {
     fn a_slow_first_job_sends_the_zygote_back_to_a_few_rounds_a_bounded_number_of_times() {
         let mut warming = Warming::new(true);
         warming.rounds = 15;
-        warming.done = true;
+        warming.stage = Stage::Probe;
         // Measured normal starts: no more rounds.
         assert!(!warming.probe_says_go_on(ms(8), ms(2)));
-        assert!(warming.done);
+        assert_eq!(warming.stage, Stage::Done);
         // A slow start: three more rounds, then a probe again; never more than MAX_PROBES.
         let mut more = 0;
+        warming.stage = Stage::Probe;
         while warming.probe_says_go_on(ms(22), ms(2)) {
             more += 1;
-            assert!(!warming.done);
+            assert_eq!(warming.stage, Stage::Rounds);
             assert_eq!(warming.until, Some(warming.rounds + Warming::MORE_ROUNDS));
             warming.rounds += Warming::MORE_ROUNDS;
-            warming.done = true;
+            warming.stage = Stage::Probe;
         }
+        assert_eq!(warming.stage, Stage::Done);
         assert_eq!(more, Warming::MAX_PROBES - 2);
         // A slow machine's steady state scales the bar with it.
         assert!(!first_job_is_slow(ms(20), ms(6)));
