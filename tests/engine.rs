@@ -19,6 +19,31 @@ async fn last_expression_is_the_result_and_prints_are_kept() {
     assert_eq!(o.result, json!({"a": [1, 2.5, null]}));
 }
 
+/// Pyodide's standard library is a zip of sources: a module the snapshot does not hold is
+/// compiled once when imported (zipimport alone compiled it twice, once only to name its file),
+/// and its spec and `__file__` still name the file in the zip.
+#[tokio::test]
+async fn a_standard_library_module_is_compiled_once_when_imported() {
+    let o = execute(
+        "import builtins, sys\n\
+         assert 'argparse' not in sys.modules\n\
+         compiled, real = [], builtins.compile\n\
+         def counting(source, filename, *args, **kwargs):\n\
+         \x20   compiled.append(filename)\n\
+         \x20   return real(source, filename, *args, **kwargs)\n\
+         builtins.compile = counting\n\
+         try:\n\
+         \x20   import argparse\n\
+         finally:\n\
+         \x20   builtins.compile = real\n\
+         ([f for f in compiled if f.endswith('argparse.py')], argparse.__spec__.origin, argparse.__file__)",
+    )
+    .await;
+    assert_eq!(o.error, None, "{}", o.stderr);
+    let file = "/lib/python314.zip/argparse.py";
+    assert_eq!(o.result, json!([[file], file, file]));
+}
+
 #[tokio::test]
 async fn a_result_that_is_not_json_comes_back_as_its_repr() {
     let o = execute("class P:\n    def __repr__(self): return 'P()'\n(P(), {1, 2} - {2})").await;
