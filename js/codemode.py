@@ -69,15 +69,15 @@ async def warm_up():
     linecache.cache.pop("<warm-up>", None)
 
 
-# What a zygote runs between forks (`warm_round`): the kinds of work agents' scripts do, so that V8
-# tiers up the interpreter's hot functions once there rather than in every child. Prints go to a
-# buffer: nothing of a warm-up round may reach a job's output.
+# What a zygote runs between forks (warm-up steps): the kinds of work agents' scripts do, so that
+# V8 tiers up the interpreter's hot functions once there rather than in every child. Its prints
+# take a job's path (stdout and stderr, out through the host), so that a child does not compile
+# that path's JS first; the zygote forgets them after each step (`process::Warming::step`).
 WARM_ROUND = """\
-import contextlib, io, json, re
-buffer = io.StringIO()
-with contextlib.redirect_stdout(buffer):
-    for i in range(20):
-        print(f"row {i}: {i * 2.5:.2f}", {"k": [i, str(i)]})
+import json, re, sys
+for i in range(20):
+    print(f"row {i}: {i * 2.5:.2f}", {"k": [i, str(i)]})
+print("warm-up", file=sys.stderr)
 rows = [{"id": i, "name": f"n{i}", "tags": ["a", "b", "c"][: i % 3]} for i in range(50)]
 back = json.loads(json.dumps(rows, indent=2))
 total = sum(len(r["tags"]) for r in back if r["id"] % 2)

@@ -261,6 +261,20 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         "{}",
         from_spare.stdout
     );
+    // A child's output has the whole cap: what the warm-up printed was forgotten, not inherited.
+    let cap = Limits::default().max_output;
+    let full = pool
+        .take(std::sync::Arc::new(mcp_code_mode::bridge::NoTools))
+        .await
+        .unwrap()
+        .execute(Job::new(format!("print('x' * {})", cap - 1)))
+        .await;
+    assert_eq!(
+        full.stdout.len(),
+        cap,
+        "{}",
+        &full.stdout[cap.min(full.stdout.len()) - 100..]
+    );
     let plain = pool
         .take(std::sync::Arc::new(mcp_code_mode::bridge::NoTools))
         .await

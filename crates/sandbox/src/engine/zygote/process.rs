@@ -7,7 +7,7 @@
 //! its warm-up between forks is done.
 
 use super::{child, control, prefault};
-use crate::bridge::IdleWarmUp;
+use crate::bridge::{IdleWarmUp, SharedOutput};
 use crate::engine::isolate::{self, Prepared};
 use crate::engine::{Limits, SandboxConfig};
 use deno_core::v8;
@@ -396,6 +396,8 @@ impl Warming {
             }
             polled.map(|ended| Err(format!("the sandbox ended while warming up: {ended:?}")))
         }))?;
+        // What the step printed (its own, never a job's) is forgotten before anything forks.
+        js.op_state().borrow().borrow::<SharedOutput>().clear();
         self.this_round += started.elapsed();
         tracing::trace!("sandbox zygote: warm-up step took {:?}", started.elapsed());
         if warm.rounds() == rounds {
