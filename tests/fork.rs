@@ -223,32 +223,54 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
     }
     assert!(pool.wait_warm(wait).await, "the zygote finishes warming up");
     // From here on each child copies ahead the pages a job writes (engine/zygote/prefault.rs),
-    // ~1,250 for `print(1)`: learned, and the jobs below still give the same bytes.
-    let pages = pool.pages_copied_ahead().await.unwrap_or(0);
-    assert!(pages > 200, "{pages} pages copied ahead of jobs");
+    // ~1,250 for `print(1)`, and maps the pages of code and read-only data it reads: learned,
+    // and the jobs below still give the same bytes.
+    let ahead = pool.pages_ahead().await.unwrap_or_default();
+    assert!(ahead.copied > 200, "{ahead:?}: pages copied ahead of jobs");
+    assert!(ahead.mapped > 200, "{ahead:?}: pages mapped ahead of jobs");
     assert!(pool.wait_ready(2, wait).await);
     let spare = pool.take_for(seeded()).await.unwrap();
     let mcp_code_mode::engine::Sandbox::Forked(forked) = &spare else {
         panic!("a forked sandbox")
     };
-    // Copied, not merely read: the spare holds them as its own before it has a job.
-    let own_kib = || {
-        let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", forked.pid()));
-        rollup.ok().and_then(|r| {
-            r.lines()
-                .find_map(|l| l.strip_prefix("Private_Dirty:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+    // Copied, not merely read: the spare holds them as its own before it has a job. And mapped:
+    // a fork maps no page of a file mapping never written (the binary's code), so without the
+    // read-ahead a spare would have mapped only what its own start ran.
+    let smaps = || std::fs::read_to_string(format!("/proc/{}/smaps", forked.pid())).ok();
+    let kib = |line: &str, field: &str| {
+        line.strip_prefix(field)
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+    };
+    // (Private_Dirty KiB, Rss KiB of read-only file mappings)
+    let own_and_mapped = || {
+        let smaps = smaps()?;
+        let (mut dirty, mut mapped, mut read_only_file) = (0, 0, false);
+        for line in smaps.lines() {
+            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            // A mapping's line: "start-end perms offset device inode [path]".
+            if fields.len() >= 5 && fields[0].contains('-') && !fields[0].ends_with(':') {
+                read_only_file = fields[1].starts_with("r-") && fields[4] != "0";
+            } else if let Some(k) = kib(line, "Private_Dirty:") {
+                dirty += k;
+            } else if let Some(k) = kib(line, "Rss:") {
+                mapped += if read_only_file { k } else { 0 };
+            }
+        }
+        Some((dirty, mapped))
+    };
+    let done = |now: Option<(usize, usize)>| {
+        now.is_some_and(|(dirty, mapped)| {
+            dirty >= ahead.copied * 4 * 9 / 10 && mapped >= ahead.mapped * 4 * 9 / 10
         })
     };
-    let copied = |kib: Option<usize>| kib.is_some_and(|kib| kib >= pages * 4 * 9 / 10);
     let until = std::time::Instant::now() + Duration::from_secs(10);
-    while !copied(own_kib()) && std::time::Instant::now() < until {
+    while !done(own_and_mapped()) && std::time::Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        copied(own_kib()),
-        "{:?} KiB of the spare's own for {pages} pages",
-        own_kib()
+        done(own_and_mapped()),
+        "{:?} KiB (own, read-only files mapped) of the spare's for {ahead:?}",
+        own_and_mapped()
     );
     let after_warm = spare.execute(Job::new(code)).await;
     assert!(from_spare.error.is_none(), "{}", from_spare.stderr);

@@ -23,7 +23,7 @@ pub use files::{InputFile, OutputFile, OutputLimits};
 pub use isolate::init_v8;
 pub use memory::MemoryShares;
 pub use pool::Pool;
-pub use zygote::{ForkedSandbox, Zygote, ZygoteCommand};
+pub use zygote::{ForkedSandbox, PagesAhead, Zygote, ZygoteCommand};
 
 use crate::bridge::output::LiveOutput;
 use crate::bridge::{SharedOutput, ToolBridge, ToolCallRecord, ToolHost};

@@ -173,13 +173,13 @@ impl Pool {
         true
     }
 
-    /// For forks, once the zygote is warm: how many pages each child copies before its job
+    /// For forks, once the zygote is warm: the pages each child makes its own before its job
     /// comes (see `zygote::prefault`).
-    pub async fn pages_copied_ahead(&self) -> Option<usize> {
+    pub async fn pages_ahead(&self) -> Option<super::zygote::PagesAhead> {
         let Source::Forks { zygote, .. } = &self.source else {
             return None;
         };
-        zygote.lock().await.as_ref()?.pages_copied_ahead()
+        zygote.lock().await.as_ref()?.pages_ahead()
     }
 
     /// Waits until sandboxes are as fast as they get: for forks, until the zygote has finished

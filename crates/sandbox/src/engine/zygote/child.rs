@@ -40,8 +40,8 @@ pub struct Start<'a> {
     pub devnull: RawFd,
     pub zygote: libc::pid_t,
     pub data_limit: u64,
-    /// The pages a job writes (see `prefault`), checked against the zygote's maps at the fork.
-    pub prefault: &'a [usize],
+    /// The pages a job touches (see `prefault`), checked against the zygote's maps at the fork.
+    pub prefault: &'a prefault::HotPages,
 }
 
 /// The most a parent frame may hold (a tool's envelope, the catalogue of one server).
@@ -58,7 +58,7 @@ pub fn run(start: Start<'_>) -> ! {
     // First, before this process maps, frees or starts anything: its mappings are still the
     // ones `prefault::within` checked the pages against, and no other thread exists.
     // SAFETY: see above; no key-guarded pages were learned.
-    unsafe { prefault::touch(start.prefault) };
+    unsafe { prefault::make_own(start.prefault) };
     let code = match life(start) {
         Ok(()) => 0,
         Err(e) => {

@@ -61,9 +61,9 @@ struct Shared {
     pending_fork: Mutex<Option<oneshot::Sender<Result<i32, i32>>>>,
     exits: Mutex<Exits>,
     alive: std::sync::atomic::AtomicBool,
-    /// Set once the zygote's warm-up rounds are done (see `process::Warming`): to how many
-    /// pages each child then copies before its job comes (see `prefault`).
-    warm: tokio::sync::watch::Sender<Option<usize>>,
+    /// Set once the zygote's warm-up rounds are done (see `process::Warming`): to the pages
+    /// each child then makes its own before its job comes (see `prefault`).
+    warm: tokio::sync::watch::Sender<Option<PagesAhead>>,
     /// Set when we stop the zygote ourselves: its end is then no news.
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -164,8 +164,8 @@ impl Zygote {
         matches!(warmed, Ok(Ok(_)))
     }
 
-    /// Once warm: how many pages each child copies before its job comes (see `prefault`).
-    pub fn pages_copied_ahead(&self) -> Option<usize> {
+    /// Once warm: the pages each child makes its own before its job comes (see `prefault`).
+    pub fn pages_ahead(&self) -> Option<PagesAhead> {
         *self.shared.warm.borrow()
     }
 
@@ -256,6 +256,15 @@ impl Drop for Zygote {
     }
 }
 
+/// How many pages each child of a warm zygote makes its own before its job comes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PagesAhead {
+    /// Of the zygote's memory that a job writes: copied.
+    pub copied: usize,
+    /// Of code and read-only data that a job reads: mapped.
+    pub mapped: usize,
+}
+
 /// The control socket's reader: fork answers, exits, and the zygote's own end.
 fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>) {
     let mut ready = Some(ready);
@@ -302,7 +311,7 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
                 }
             }
             control::WARM => {
-                // "pages first_job_µs steady_job_µs" from the probe, or why it failed.
+                // "written read first_job_µs steady_job_µs" from the probe, or why it failed.
                 let probe = control::text(packet);
                 let numbers: Vec<u64> = probe
                     .split_ascii_whitespace()
@@ -311,10 +320,11 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
                 let rounds = pid;
                 let last = f64::from(control::status(packet)) / 1000.0;
                 match numbers[..] {
-                    [pages, first, steady] => tracing::info!(
+                    [written, read, first, steady] => tracing::info!(
                         "sandbox zygote warm after {rounds} warm-up rounds (the last took \
-                         {last:.1} ms); each child copies the {pages} pages a job writes before \
-                         its job comes; the probe's first job took {:.1} ms, later ones {:.1} ms",
+                         {last:.1} ms); before its job comes, each child copies the {written} \
+                         pages a job writes and maps the {read} pages of code and read-only data \
+                         it reads; the probe's first job took {:.1} ms, later ones {:.1} ms",
                         first as f64 / 1000.0,
                         steady as f64 / 1000.0
                     ),
@@ -323,8 +333,14 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
                          {last:.1} ms); no pages copied ahead of jobs: {probe}"
                     ),
                 }
-                let pages = numbers.first().map_or(0, |&n| n as usize);
-                shared.warm.send_replace(Some(pages));
+                let ahead = match numbers[..] {
+                    [written, read, ..] => PagesAhead {
+                        copied: written as usize,
+                        mapped: read as usize,
+                    },
+                    _ => PagesAhead::default(),
+                };
+                shared.warm.send_replace(Some(ahead));
             }
             control::EXITED => {
                 let status = control::status(packet);

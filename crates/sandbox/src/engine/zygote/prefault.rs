@@ -1,17 +1,21 @@
-//! The pages a job writes, copied before the job comes; and the reading of `/proc/self/maps`
-//! that every fork needs (`fork_to_all_mappings`).
+//! The pages a job touches, made the child's own before the job comes; and the reading of
+//! `/proc/self/maps` that every fork needs (`fork_to_all_mappings`).
 //!
 //! A child shares the zygote's memory copy-on-write, so the first write to each page is a fault
 //! and a 4 KiB copy in the kernel: ~1,250 of them for `print(1)` (Python's objects, V8's heap,
-//! malloc's), about a third of the CPU time a child spends on that job. Most are the same pages
-//! in every child. So the zygote learns them once, when its warm-up ends: it forks a probe that
-//! runs one job and then reads from its pagemap which of the zygote's writable pages it holds a
-//! copy of (mapped once: written since the fork). Every child then writes those pages (the same
-//! value back) as the first thing after its fork, while it waits for a job it has
-//! not been given yet: the copies are made off the job's clock. A child that gets its job at
-//! once pays no more than it would have during the job.
+//! malloc's), about a third of the CPU time a child spends on that job. And a fork copies no
+//! page-table entries of a file mapping that was never written (the binary's code and read-only
+//! data): each page of V8's or our code a child runs is a fault too, ~250 in a `print(1)` job
+//! (measured with the `exceptions:page_fault_user` tracepoint). Most are the same pages in every
+//! child. So the zygote learns them once, when its warm-up ends: it forks a probe that runs one
+//! job and then reads from its pagemap which of the zygote's writable pages it holds a copy of
+//! (mapped once: written since the fork), and which pages of read-only files it has mapped.
+//! Every child then has the kernel copy the first and map the second (`MADV_POPULATE_WRITE`,
+//! `MADV_POPULATE_READ`: a run of pages per call, no fault per page) as the first thing after
+//! its fork, while it waits for a job it has not been given yet: off the job's clock. A child
+//! that gets its job at once pays no more than it would have during the job.
 //!
-//! Pages are touched only where the zygote's mapping, read at the fork, is private, writable and
+//! Pages are written only where the zygote's mapping, read at the fork, is private, writable and
 //! not executable, and only outside ranges V8 guards with a memory protection key (smaps'
 //! `ProtectionKey`, read when learning): a write there would fault for good.
 
@@ -23,7 +27,7 @@ const PRESENT: u64 = 1 << 63;
 const EXCLUSIVE: u64 = 1 << 56;
 /// How long the probe's job may take before it is given up (the zygote waits meanwhile).
 const PROBE_LIMIT: Duration = Duration::from_secs(5);
-/// The most pages learned (a bound on what each child copies ahead: 64 MiB).
+/// The most pages learned of each kind (a bound on what each child copies ahead: 64 MiB).
 const MAX_PAGES: usize = 16 << 10;
 
 /// A mapping's address range, from a line of `/proc/<pid>/maps` or `smaps`.
@@ -32,6 +36,8 @@ struct Region {
     end: usize,
     /// Private, writable, not executable, anonymous or not.
     writable: bool,
+    /// A file's pages, mapped readable and not writable (code, read-only data).
+    read_only_file: bool,
 }
 
 fn parse_region(line: &str) -> Option<Region> {
@@ -41,10 +47,13 @@ fn parse_region(line: &str) -> Option<Region> {
     if perms.len() != 4 {
         return None;
     }
+    // offset, device, inode: inode 0 is an anonymous mapping.
+    let inode = fields.nth(2)?;
     Some(Region {
         start: usize::from_str_radix(start, 16).ok()?,
         end: usize::from_str_radix(end, 16).ok()?,
         writable: perms[0] == b'r' && perms[1] == b'w' && perms[2] != b'x' && perms[3] == b'p',
+        read_only_file: perms[0] == b'r' && perms[1] == b'-' && inode != "0",
     })
 }
 
@@ -74,6 +83,15 @@ pub fn writable_regions(maps: &str) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// The regions of `maps` where a file is mapped read-only (in address order).
+pub fn read_only_file_regions(maps: &str) -> Vec<(usize, usize)> {
+    maps.lines()
+        .filter_map(parse_region)
+        .filter(|r| r.read_only_file)
+        .map(|r| (r.start, r.end))
+        .collect()
+}
+
 /// The writable regions of this process that carry no protection key, from its smaps.
 fn unkeyed_writable_regions() -> Result<Vec<(usize, usize)>, String> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").map_err(|e| format!("smaps: {e}"))?;
@@ -99,10 +117,19 @@ fn unkeyed_writable_regions() -> Result<Vec<(usize, usize)>, String> {
     Ok(regions)
 }
 
-/// What a probe found: the pages its first job wrote, how long that job took, and how long the
+/// The pages a child makes its own before its job (addresses in ascending order).
+#[derive(Default)]
+pub struct HotPages {
+    /// Of the zygote's writable memory: copied.
+    pub written: Vec<usize>,
+    /// Of read-only file mappings (code, read-only data): mapped.
+    pub read: Vec<usize>,
+}
+
+/// What a probe found: the pages its first job touched, how long that job took, and how long the
 /// fastest of the jobs it ran next took (the steady state).
 pub struct Learned {
-    pub pages: Vec<usize>,
+    pub pages: HotPages,
     pub first_job: Duration,
     pub steady_job: Duration,
 }
@@ -115,14 +142,17 @@ pub struct Learned {
 /// makes it not dumpable.)
 pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Learned, String> {
     let regions = unkeyed_writable_regions()?;
-    // The shared words, written by the probe: a header, then the pages.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let read_only = read_only_file_regions(&maps);
+    // The shared words, written by the probe: a header, the written pages, the read ones.
     const FIRST_MICROS: usize = 0;
     const STEADY_MICROS: usize = 1;
     const LOOKED: usize = 2;
-    const COUNT: usize = 3;
-    const HEADER: usize = 4;
-    let shared = SharedWords::new(HEADER + MAX_PAGES)?;
-    fork_to_all_mappings(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+    const WRITTEN: usize = 3;
+    const READ: usize = 4;
+    const HEADER: usize = 5;
+    let shared = SharedWords::new(HEADER + 2 * MAX_PAGES)?;
+    fork_to_all_mappings(&maps);
     // SAFETY: this process has one thread; the child runs `probe` and ends in `_exit`.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -130,13 +160,19 @@ pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Le
     }
     if pid == 0 {
         let took = probe(&mut || {
-            if let Ok(pages) = written_pages(&regions) {
+            let written = present_pages(&regions, PRESENT | EXCLUSIVE);
+            let read = present_pages(&read_only, PRESENT);
+            if let (Ok(written), Ok(read)) = (written, read) {
                 shared.set(LOOKED, 1);
-                shared.set(COUNT, pages.len());
-                pages
-                    .iter()
-                    .enumerate()
-                    .for_each(|(i, &p)| shared.set(HEADER + i, p));
+                for (count, first, pages) in
+                    [(WRITTEN, HEADER, written), (READ, HEADER + MAX_PAGES, read)]
+                {
+                    shared.set(count, pages.len());
+                    pages
+                        .iter()
+                        .enumerate()
+                        .for_each(|(i, &p)| shared.set(first + i, p));
+                }
             }
         });
         for (slot, took) in [FIRST_MICROS, STEADY_MICROS].into_iter().zip(took) {
@@ -150,10 +186,16 @@ pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Le
         unsafe { libc::_exit(code) }
     }
     wait_exited(pid)?;
-    let count = shared.get(COUNT).min(MAX_PAGES);
+    let pages = |count, first| {
+        let count = shared.get(count).min(MAX_PAGES);
+        (first..first + count).map(|i| shared.get(i)).collect()
+    };
     let micros = |i| Duration::from_micros(shared.get(i) as u64);
     Ok(Learned {
-        pages: (HEADER..HEADER + count).map(|i| shared.get(i)).collect(),
+        pages: HotPages {
+            written: pages(WRITTEN, HEADER),
+            read: pages(READ, HEADER + MAX_PAGES),
+        },
         first_job: micros(FIRST_MICROS),
         steady_job: micros(STEADY_MICROS),
     })
@@ -232,8 +274,10 @@ fn wait_exited(pid: libc::pid_t) -> Result<(), String> {
     }
 }
 
-/// In the probe: the pages of `regions` it holds a copy of (present, mapped once).
-fn written_pages(regions: &[(usize, usize)]) -> Result<Vec<usize>, String> {
+/// In the probe: the pages of `regions` whose pagemap entry has all the `bits`: present and
+/// mapped once (held as a copy: written since the fork), or only present (for a file mapping
+/// without written pages, which the fork did not copy: mapped since).
+fn present_pages(regions: &[(usize, usize)], bits: u64) -> Result<Vec<usize>, String> {
     use std::os::unix::fs::FileExt;
     let pagemap = std::fs::File::open("/proc/self/pagemap").map_err(|e| format!("pagemap: {e}"))?;
     let mut pages = Vec::new();
@@ -245,7 +289,7 @@ fn written_pages(regions: &[(usize, usize)]) -> Result<Vec<usize>, String> {
             .map_err(|e| format!("pagemap: {e}"))?;
         for (i, entry) in entries.chunks_exact(8).enumerate() {
             let entry = u64::from_le_bytes(entry.try_into().expect("8 bytes"));
-            if entry & PRESENT != 0 && entry & EXCLUSIVE != 0 {
+            if entry & bits == bits {
                 pages.push(start + i * PAGE);
             }
         }
@@ -254,29 +298,75 @@ fn written_pages(regions: &[(usize, usize)]) -> Result<Vec<usize>, String> {
     Ok(pages)
 }
 
-/// The learned pages still inside a writable region (of this process's maps, read just before
-/// the fork that will touch them): what the zygote freed since learning is left out.
-pub fn within(pages: &[usize], writable: &[(usize, usize)]) -> Vec<usize> {
-    pages
-        .iter()
-        .copied()
-        .filter(|&page| {
-            let i = writable.partition_point(|&(_, end)| end <= page);
-            writable.get(i).is_some_and(|&(start, _)| start <= page)
-        })
-        .collect()
+/// The learned pages still inside a region of their kind (of this process's maps, read just
+/// before the fork that will touch them): what the zygote freed since learning is left out.
+pub fn within(pages: &HotPages, maps: &str) -> HotPages {
+    let keep = |pages: &[usize], regions: &[(usize, usize)]| {
+        pages
+            .iter()
+            .copied()
+            .filter(|&page| {
+                let i = regions.partition_point(|&(_, end)| end <= page);
+                regions.get(i).is_some_and(|&(start, _)| start <= page)
+            })
+            .collect()
+    };
+    HotPages {
+        written: keep(&pages.written, &writable_regions(maps)),
+        read: keep(&pages.read, &read_only_file_regions(maps)),
+    }
 }
 
-/// Writes each page's first byte back as it is, so that the kernel copies the page now.
-/// Volatile: an atomic `fetch_or(0)`, which changes nothing, is compiled to a plain load, and a
-/// load copies nothing.
+/// Consecutive pages as runs: (first page, length in bytes). Allocates nothing: a child walks
+/// them before anything of it may allocate or free.
+fn runs(pages: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut rest = pages;
+    std::iter::from_fn(move || {
+        let (&start, _) = rest.split_first()?;
+        let len = 1 + rest
+            .windows(2)
+            .take_while(|pair| pair[0] + PAGE == pair[1])
+            .count();
+        rest = &rest[len..];
+        Some((start, len * PAGE))
+    })
+}
+
+/// Has the kernel copy the written pages and map the read ones, a run per call.
+///
+/// # Safety
+/// See [`touch`]: where the kernel cannot populate (before Linux 5.14), the written pages are
+/// touched by hand.
+pub unsafe fn make_own(pages: &HotPages) {
+    let populate = |(start, len): (usize, usize), advice| {
+        // SAFETY: only faults pages in; an address that is not mapped as expected is an error
+        // the call returns, never a signal.
+        unsafe { libc::madvise(start as *mut libc::c_void, len, advice) == 0 }
+    };
+    for run in runs(&pages.written) {
+        if !populate(run, libc::MADV_POPULATE_WRITE)
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+        {
+            // SAFETY: the caller's promise.
+            unsafe { touch(run) };
+        }
+    }
+    // Only a speed-up: a page not mapped now is a fault in the job, as it would have been.
+    for run in runs(&pages.read) {
+        populate(run, libc::MADV_POPULATE_READ);
+    }
+}
+
+/// Writes the first byte of each page of a run (first page, length in bytes) back as it is, so
+/// that the kernel copies the page now. Volatile: an atomic `fetch_or(0)`, which changes nothing,
+/// is compiled to a plain load, and a load copies nothing.
 ///
 /// # Safety
 /// Every page must be mapped writable in this process (see [`within`], checked against the maps
 /// read before the fork, with no mapping changed since) and carry no protection key, and no
 /// other thread may exist (a child right after its fork).
-pub unsafe fn touch(pages: &[usize]) {
-    for &page in pages {
+unsafe fn touch((start, len): (usize, usize)) {
+    for page in (start..start + len).step_by(PAGE) {
         let byte = page as *mut u8;
         // SAFETY: the caller's promise: a writable page, and nobody else writing it.
         unsafe { byte.write_volatile(byte.read_volatile()) };
@@ -300,8 +390,42 @@ mod tests {
             vec![(0x1000, 0x3000), (0x7000, 0x9000)]
         );
         let pages = [0x1000, 0x2000, 0x3000, 0x4000, 0x6000, 0x8000, 0x9000];
-        let writable = writable_regions(maps);
-        assert_eq!(within(&pages, &writable), vec![0x1000, 0x2000, 0x8000]);
+        let hot = HotPages {
+            written: pages.to_vec(),
+            read: vec![],
+        };
+        assert_eq!(within(&hot, maps).written, vec![0x1000, 0x2000, 0x8000]);
+    }
+
+    #[test]
+    fn only_read_only_file_regions_are_read_ahead() {
+        let maps = "\
+1000-3000 r-xp 00001000 fe:00 18504                      /usr/bin/mcp-code-mode\n\
+3000-4000 r--p 00000000 00:00 0 \n\
+4000-5000 r--p 00003000 fe:00 18504                      /usr/bin/mcp-code-mode\n\
+5000-6000 rw-p 00004000 fe:00 18504                      /usr/bin/mcp-code-mode\n\
+6000-7000 ---p 00000000 00:00 0 \n";
+        assert_eq!(
+            read_only_file_regions(maps),
+            vec![(0x1000, 0x3000), (0x4000, 0x5000)]
+        );
+        let hot = HotPages {
+            written: vec![0x5000],
+            read: vec![0x1000, 0x3000, 0x4000, 0x5000, 0x6000],
+        };
+        let kept = within(&hot, maps);
+        assert_eq!(kept.read, vec![0x1000, 0x4000]);
+        assert_eq!(kept.written, vec![0x5000]);
+    }
+
+    #[test]
+    fn consecutive_pages_make_one_run() {
+        let p = PAGE;
+        assert_eq!(
+            runs(&[p, 2 * p, 3 * p, 5 * p, 7 * p, 8 * p]).collect::<Vec<_>>(),
+            vec![(p, 3 * p), (5 * p, p), (7 * p, 2 * p)]
+        );
+        assert_eq!(runs(&[]).count(), 0);
     }
 
     #[test]
@@ -310,7 +434,15 @@ mod tests {
         let start = page.as_mut_ptr() as usize;
         let aligned = start.next_multiple_of(PAGE);
         // SAFETY: a page of our own writable buffer.
-        unsafe { touch(&[aligned]) };
+        unsafe { touch((aligned, PAGE)) };
+        assert!(page.iter().all(|&b| b == 7));
+        // SAFETY: the same page, and one of this binary's code (`make_own` itself).
+        unsafe {
+            make_own(&HotPages {
+                written: vec![aligned],
+                read: vec![(make_own as *const () as usize) & !(PAGE - 1)],
+            })
+        };
         assert!(page.iter().all(|&b| b == 7));
     }
 }

@@ -124,8 +124,8 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
     let mut live: HashSet<i32> = HashSet::new();
     let own_pid = std::process::id() as i32;
     let mut warming = Warming::new(options.warm_up);
-    // The pages a child's job writes (see `prefault`), learned once warm-up is over.
-    let mut hot_pages: Vec<usize> = Vec::new();
+    // The pages a child's job touches (see `prefault`), learned once warm-up is over.
+    let mut hot_pages = prefault::HotPages::default();
     loop {
         let mut fds = [
             libc::pollfd {
@@ -164,8 +164,9 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
                         continue;
                     }
                     let said = format!(
-                        "{} {} {}",
-                        learned.pages.len(),
+                        "{} {} {} {}",
+                        learned.pages.written.len(),
+                        learned.pages.read.len(),
                         learned.first_job.as_micros(),
                         learned.steady_job.as_micros()
                     );
@@ -228,8 +229,7 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
                 prefault::fork_to_all_mappings(&maps);
                 // Nothing is freed from here to the fork: a free could shrink the heap under
                 // the pages just checked.
-                let writable = prefault::writable_regions(&maps);
-                let prefault = prefault::within(&hot_pages, &writable);
+                let prefault = prefault::within(&hot_pages, &maps);
                 // SAFETY: this process has one thread; the child only runs `child::run`.
                 match unsafe { libc::fork() } {
                     0 => child::run(child::Start {
