@@ -74,22 +74,21 @@ pub fn fork_to_all_mappings(maps: &str) {
     }
 }
 
-/// The writable regions of a `maps` text (in address order, as the kernel lists them).
-pub fn writable_regions(maps: &str) -> Vec<(usize, usize)> {
+/// The regions of a `maps` text that are of a kind (in address order, as the kernel lists them).
+fn regions(maps: &str, of_kind: fn(&Region) -> bool) -> Vec<(usize, usize)> {
     maps.lines()
         .filter_map(parse_region)
-        .filter(|r| r.writable)
+        .filter(of_kind)
         .map(|r| (r.start, r.end))
         .collect()
 }
 
-/// The regions of `maps` where a file is mapped read-only (in address order).
-pub fn read_only_file_regions(maps: &str) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(parse_region)
-        .filter(|r| r.read_only_file)
-        .map(|r| (r.start, r.end))
-        .collect()
+fn writable_regions(maps: &str) -> Vec<(usize, usize)> {
+    regions(maps, |r| r.writable)
+}
+
+fn read_only_file_regions(maps: &str) -> Vec<(usize, usize)> {
+    regions(maps, |r| r.read_only_file)
 }
 
 /// The writable regions of this process that carry no protection key, from its smaps.
