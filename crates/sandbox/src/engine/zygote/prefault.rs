@@ -75,20 +75,23 @@ pub fn fork_to_all_mappings(maps: &str) {
 }
 
 /// The regions of a `maps` text that are of a kind (in address order, as the kernel lists them).
-fn regions(maps: &str, of_kind: fn(&Region) -> bool) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(parse_region)
-        .filter(of_kind)
+fn regions(maps: &[Region], of_kind: fn(&Region) -> bool) -> Vec<(usize, usize)> {
+    maps.iter()
+        .filter(|r| of_kind(r))
         .map(|r| (r.start, r.end))
         .collect()
 }
 
-fn writable_regions(maps: &str) -> Vec<(usize, usize)> {
-    regions(maps, |r| r.writable)
+fn parse_maps(maps: &str) -> Vec<Region> {
+    maps.lines().filter_map(parse_region).collect()
 }
 
-fn read_only_file_regions(maps: &str) -> Vec<(usize, usize)> {
-    regions(maps, |r| r.read_only_file)
+fn writable(r: &Region) -> bool {
+    r.writable
+}
+
+fn read_only_file(r: &Region) -> bool {
+    r.read_only_file
 }
 
 /// The writable regions of this process that carry no protection key, from its smaps.
@@ -140,9 +143,9 @@ pub struct Learned {
 /// pagemap: the zygote may not read another process's, having left its user namespace, which
 /// makes it not dumpable.)
 pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Learned, String> {
-    let regions = unkeyed_writable_regions()?;
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let read_only = read_only_file_regions(&maps);
+    let read_only = regions(&parse_maps(&maps), read_only_file);
+    let writable = unkeyed_writable_regions()?;
     // The shared words, written by the probe: a header, the written pages, the read ones.
     const FIRST_MICROS: usize = 0;
     const STEADY_MICROS: usize = 1;
@@ -159,7 +162,7 @@ pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Le
     }
     if pid == 0 {
         let took = probe(&mut || {
-            let written = present_pages(&regions, PRESENT | EXCLUSIVE);
+            let written = present_pages(&writable, PRESENT | EXCLUSIVE);
             let read = present_pages(&read_only, PRESENT);
             if let (Ok(written), Ok(read)) = (written, read) {
                 shared.set(LOOKED, 1);
@@ -310,9 +313,11 @@ pub fn within(pages: &HotPages, maps: &str) -> HotPages {
             })
             .collect()
     };
+    // Parsed once: this runs before every fork.
+    let maps = parse_maps(maps);
     HotPages {
-        written: keep(&pages.written, &writable_regions(maps)),
-        read: keep(&pages.read, &read_only_file_regions(maps)),
+        written: keep(&pages.written, &regions(&maps, writable)),
+        read: keep(&pages.read, &regions(&maps, read_only_file)),
     }
 }
 
@@ -385,7 +390,7 @@ mod tests {
 6000-7000 rw-s 00000000 00:05 12 /dev/zero (deleted)\n\
 7000-9000 rw-p 00000000 00:00 0                          [heap]\n";
         assert_eq!(
-            writable_regions(maps),
+            regions(&parse_maps(maps), writable),
             vec![(0x1000, 0x3000), (0x7000, 0x9000)]
         );
         let pages = [0x1000, 0x2000, 0x3000, 0x4000, 0x6000, 0x8000, 0x9000];
@@ -405,7 +410,7 @@ mod tests {
 5000-6000 rw-p 00004000 fe:00 18504                      /usr/bin/mcp-code-mode\n\
 6000-7000 ---p 00000000 00:00 0 \n";
         assert_eq!(
-            read_only_file_regions(maps),
+            regions(&parse_maps(maps), read_only_file),
             vec![(0x1000, 0x3000), (0x4000, 0x5000)]
         );
         let hot = HotPages {
