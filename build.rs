@@ -1,4 +1,6 @@
-//! Build script: boots Pyodide once and saves the memory snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot.packed`, embedded by src/assets.rs).
+//! Build script: boots Pyodide once and saves the memory snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot.packed`, embedded by src/assets.rs),
+//! then, in sandboxes restored from it, compiles the wheelhouse's bytecode and makes the zygote's
+//! compiled code for Pyodide's module.
 //!
 //! It boots with the sandbox core (crates/sandbox, an ordinary build-dependency), so the snapshot
 //! is made by exactly the code that restores it.
@@ -6,7 +8,14 @@
 use mcp_code_mode_sandbox::{assets, engine};
 use std::{fs, path::Path};
 
+/// Set on this script's own child process, which makes the zygote's compiled code (see
+/// [`compiled_wasm`]) and writes it to the path given.
+const COMPILED_WASM_STEP: &str = "MCP_CODE_MODE_BUILD_COMPILED_WASM";
+
 fn main() {
+    if let Some(out) = std::env::var_os(COMPILED_WASM_STEP) {
+        return compiled_wasm_step(Path::new(&out));
+    }
     for file in [
         "js/runner.js",
         "js/main_deno.js",
@@ -30,6 +39,7 @@ fn main() {
     fs::write(&out, &compressed).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
     let snapshot_len = snapshot.len();
     bytecode(&runtime, snapshot);
+    compiled_wasm(&out);
     // Shown with `cargo build -vv`; not a warning, so a normal build prints nothing.
     println!(
         "Pyodide snapshot: {} bytes ({} compressed) in {} ms",
@@ -60,4 +70,31 @@ fn bytecode(runtime: &tokio::runtime::Runtime, snapshot: Vec<u8>) {
     code.push_str("]\n");
     let list = out.join("bytecode.rs");
     fs::write(&list, code).unwrap_or_else(|e| panic!("cannot write {}: {e}", list.display()));
+}
+
+/// The zygote's compiled code for Pyodide's module (`OUT_DIR/pyodide.wasm-code`, embedded by
+/// src/assets.rs), made in a child process of this script: V8 takes compiled code only in a
+/// process with the flags it was made with, and the zygote's flags (single-threaded V8) are not
+/// this process's, which has made the snapshot already.
+fn compiled_wasm(snapshot_path: &Path) {
+    let out = snapshot_path.with_file_name("pyodide.wasm-code");
+    let script = std::env::current_exe().expect("the build script's own path");
+    let status = std::process::Command::new(script)
+        .env(COMPILED_WASM_STEP, &out)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot start the build script again: {e}"));
+    assert!(
+        status.success(),
+        "could not make the zygote's compiled code for Pyodide's module ({status})"
+    );
+}
+
+fn compiled_wasm_step(out: &Path) {
+    let packed = out.with_file_name("pyodide.snapshot.packed");
+    let packed =
+        fs::read(&packed).unwrap_or_else(|e| panic!("cannot read {}: {e}", packed.display()));
+    let snapshot = assets::unpack_snapshot(&packed).unwrap_or_else(|e| panic!("{e}"));
+    let code = engine::zygote::make_compiled_wasm(std::sync::Arc::new(snapshot))
+        .unwrap_or_else(|e| panic!("could not make the zygote's compiled code: {e}"));
+    fs::write(out, &code).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
 }

@@ -700,6 +700,7 @@ fn main() -> ExitCode {
             // Restored once: a copy of its own, freed once restored (see assets::snapshot_once).
             snapshot: (!args.no_snapshot).then(mcp_code_mode::assets::snapshot_once),
             warm_up: !args.no_warm_up,
+            compiled_wasm: mcp_code_mode::assets::COMPILED_WASM,
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -159,6 +159,25 @@ fn memory_bombs_are_stopped_in_a_child() {
 }
 
 #[test]
+fn a_zygote_starts_with_the_compiled_code_the_build_made() {
+    // V8 takes the build's code only in a process with the zygote's V8, flags and CPU: were it
+    // refused, every zygote would compile CPython's interpreter loop again (~0.2 s of each cold
+    // start), and the result would still be right — so the log is what tells.
+    let out = run(
+        &[],
+        &[("MCP_CODE_MODE_LOG", "mcp_code_mode_sandbox=debug")],
+        "print(1)",
+    );
+    assert_eq!(text(&out.stdout), "1\n");
+    let log = text(&out.stderr);
+    assert!(
+        log.contains("Pyodide's compiled code from the build taken"),
+        "{log}"
+    );
+    assert!(!log.contains("did not take"), "{log}");
+}
+
+#[test]
 fn fork_and_thread_sandboxes_print_the_same_bytes() {
     let code = "import random, uuid, os\nprint(random.random(), uuid.uuid4(), os.urandom(4).hex())\n{'h': hash('x') != 0}";
     let strip = |out: &Output| {

@@ -512,6 +512,16 @@ fn op_snapshot_save(state: &mut OpState, #[buffer] bytes: &[u8]) {
 /// module, including code it later optimizes), instead of recompiled for each sandbox.
 static PYODIDE_WASM: std::sync::OnceLock<v8::CompiledWasmModule> = std::sync::OnceLock::new();
 
+/// Pyodide's module as this process compiled it, once it has.
+pub(crate) fn pyodide_module() -> Option<&'static v8::CompiledWasmModule> {
+    PYODIDE_WASM.get()
+}
+
+/// Sets Pyodide's module for this process (made from the engine's code cache); the first wins.
+pub(crate) fn set_pyodide_module(compiled: v8::CompiledWasmModule) {
+    let _ = PYODIDE_WASM.set(compiled);
+}
+
 #[op2]
 fn op_wasm_cached_module<'s>(scope: &mut v8::PinScope<'s, '_>) -> v8::Local<'s, v8::Value> {
     match PYODIDE_WASM

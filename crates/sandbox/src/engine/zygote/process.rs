@@ -9,7 +9,7 @@
 use super::{child, control, prefault};
 use crate::bridge::{IdleWarmUp, SharedOutput};
 use crate::engine::isolate::{self, Prepared};
-use crate::engine::{Limits, SandboxConfig};
+use crate::engine::{compiled_wasm, Limits, SandboxConfig};
 use deno_core::v8;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -30,6 +30,9 @@ pub struct ZygoteOptions {
     /// Run warm-up rounds between forks (a server's zygote); a one-shot `run` forks once and
     /// would only pay for rounds nobody gains from.
     pub warm_up: bool,
+    /// V8's compiled code for Pyodide's module, made by [`make_compiled_wasm`] at build time
+    /// (empty: none; compiled at boot).
+    pub compiled_wasm: &'static [u8],
 }
 
 /// The zygote's main: never returns. Call before any thread exists.
@@ -68,6 +71,91 @@ fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
     platform
 }
 
+/// A sandbox booted as the zygote boots it: ready, its first job not yet run.
+struct Boot {
+    js: deno_core::JsRuntime,
+    parts: isolate::Parts,
+    evaluated: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>>>>,
+    warm: Rc<IdleWarmUp>,
+}
+
+/// Restores (or boots) the zygote's sandbox on this thread, on `platform` (see
+/// [`init_v8_forkable`]), with Pyodide's module made from the build's compiled code where V8
+/// takes it.
+fn boot(
+    options: ZygoteOptions,
+    rt: &tokio::runtime::Runtime,
+    platform: &v8::SharedRef<v8::Platform>,
+) -> Result<Boot, String> {
+    let _entered = rt.enter();
+    let mut config = SandboxConfig::new(options.limits, options.snapshot);
+    config.warm_up = true;
+    let Prepared {
+        parts,
+        state,
+        ready_rx,
+    } = isolate::prepare(config, None).map_err(|e| e.to_string())?;
+    let mut js = isolate::create_runtime(state, &parts.fate);
+    let warm = Rc::new(IdleWarmUp::default());
+    js.op_state().borrow_mut().put(warm.clone());
+    if !options.compiled_wasm.is_empty() {
+        let started = Instant::now();
+        if compiled_wasm::deserialize(&mut js, platform, options.compiled_wasm) {
+            tracing::debug!(
+                "sandbox zygote: Pyodide's compiled code from the build taken ({} KiB in {} ms)",
+                options.compiled_wasm.len() >> 10,
+                started.elapsed().as_millis()
+            );
+        } else {
+            tracing::info!(
+                "sandbox zygote: V8 did not take the compiled code the build made (another CPU or V8?); compiling Pyodide's interpreter loop again, ~0.2 s"
+            );
+        }
+    }
+    let evaluated = rt.block_on(async {
+        let evaluated = Box::pin(isolate::load_main(&mut js).await?);
+        let fate = parts.fate.clone();
+        tokio::select! {
+            ready = isolate::wait_ready(ready_rx, &fate) => ready.map_err(|e| e.to_string())?,
+            ended = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(platform), cx)) => {
+                return Err(format!("the sandbox ended while booting: {ended:?}"));
+            }
+        }
+        Ok::<_, String>(evaluated)
+    })?;
+    Ok(Boot {
+        js,
+        parts,
+        evaluated,
+        warm,
+    })
+}
+
+/// V8's compiled code for Pyodide's module as a zygote boots it, CPython's interpreter loop
+/// optimized among it: what the build embeds (`ZygoteOptions::compiled_wasm`), so that a zygote
+/// starts without compiling that loop again (~0.2 s of a cold start). V8 takes such code only
+/// in a process with the same V8, flags and CPU, so this sets the zygote's flags for this
+/// process: call it in a process of its own, before any isolate exists.
+pub fn make_compiled_wasm(snapshot: crate::engine::Snapshot) -> Result<Vec<u8>, String> {
+    let platform = init_v8_forkable();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    let mut boot = boot(
+        ZygoteOptions {
+            limits: Limits::default(),
+            snapshot: Some(snapshot),
+            warm_up: false,
+            compiled_wasm: &[],
+        },
+        &rt,
+        &platform,
+    )?;
+    compiled_wasm::serialize(&mut boot.js)
+        .ok_or_else(|| "V8 serialized no optimized code of Pyodide's module".to_owned())
+}
+
 fn serve(options: ZygoteOptions) -> Result<(), String> {
     // SAFETY: attribute changes of this process only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
@@ -85,27 +173,13 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
     let _entered = rt.enter();
-    let mut config = SandboxConfig::new(options.limits, options.snapshot);
-    config.warm_up = true;
-    let Prepared {
+    let (limits, warm_up) = (options.limits, options.warm_up);
+    let Boot {
+        js,
         parts,
-        state,
-        ready_rx,
-    } = isolate::prepare(config, None).map_err(|e| e.to_string())?;
-    let mut js = isolate::create_runtime(state, &parts.fate);
-    let warm = Rc::new(IdleWarmUp::default());
-    js.op_state().borrow_mut().put(warm.clone());
-    let evaluated = rt.block_on(async {
-        let evaluated = Box::pin(isolate::load_main(&mut js).await?);
-        let fate = parts.fate.clone();
-        tokio::select! {
-            ready = isolate::wait_ready(ready_rx, &fate) => ready.map_err(|e| e.to_string())?,
-            ended = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)) => {
-                return Err(format!("the sandbox ended while booting: {ended:?}"));
-            }
-        }
-        Ok::<_, String>(evaluated)
-    })?;
+        evaluated,
+        warm,
+    } = boot(options, &rt, &platform)?;
     control::send(CONTROL_FD, control::READY, 0, 0, &[]).map_err(|e| e.to_string())?;
     tracing::debug!("sandbox zygote ready");
 
@@ -123,7 +197,7 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
         .map_err(|e| format!("signalfd: {e}"))?;
     let mut live: HashSet<i32> = HashSet::new();
     let own_pid = std::process::id() as i32;
-    let mut warming = Warming::new(options.warm_up);
+    let mut warming = Warming::new(warm_up);
     // The pages a child's job touches (see `prefault`), learned once warm-up is over.
     let mut hot_pages = prefault::HotPages::default();
     loop {
@@ -223,8 +297,7 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
         let (kind, pid) = control::parse(&buf[..n]);
         match (kind, received.as_slice()) {
             (control::FORK, &[events, sync]) => {
-                let data_limit =
-                    vm_data_bytes() + 2 * (options.limits.memory_mb << 20) + (256 << 20);
+                let data_limit = vm_data_bytes() + 2 * (limits.memory_mb << 20) + (256 << 20);
                 let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
                 prefault::fork_to_all_mappings(&maps);
                 // Nothing is freed from here to the fork: a free could shrink the heap under
