@@ -698,7 +698,8 @@ fn main() -> ExitCode {
         mcp_code_mode::engine::zygote::run(mcp_code_mode::engine::zygote::ZygoteOptions {
             limits: args.limits.limits(),
             // Restored once: a copy of its own, freed once restored (see assets::snapshot_once).
-            snapshot: (!args.no_snapshot).then(mcp_code_mode::assets::snapshot_once),
+            snapshot: (!args.no_snapshot)
+                .then(|| Box::new(mcp_code_mode::assets::snapshot_once) as _),
             warm_up: !args.no_warm_up,
             compiled_wasm: mcp_code_mode::assets::COMPILED_WASM,
         });

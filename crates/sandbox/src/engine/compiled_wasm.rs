@@ -69,10 +69,11 @@ thread_local! {
 }
 
 /// Makes Pyodide's module for this process from `cache` (V8's serialization, see [`serialize`])
-/// and Pyodide's wire bytes. False where V8 refuses the cache (another V8, other flags, another
+/// and Pyodide's wire bytes, in `isolate` (any isolate of this process: V8 shares a compiled
+/// module between them). False where V8 refuses the cache (another V8, other flags, another
 /// CPU): the module is then compiled from its wire bytes as usual, when Pyodide loads.
 pub(crate) fn deserialize(
-    js: &mut JsRuntime,
+    isolate: &mut v8::Isolate,
     platform: &v8::SharedRef<v8::Platform>,
     cache: &'static [u8],
 ) -> bool {
@@ -84,28 +85,27 @@ pub(crate) fn deserialize(
     }
     OFFERED.with(|offered| offered.set(cache));
     TAKEN.with(|taken| taken.set(false));
-    let made: Rc<RefCell<Option<Option<v8::Global<v8::WasmModuleObject>>>>> = Rc::default();
+    let made: Rc<RefCell<Option<Option<v8::CompiledWasmModule>>>> = Rc::default();
     {
         let mut compilation = v8::WasmModuleCompilation::new();
         compilation.set_has_compiled_module_bytes();
         compilation.on_bytes_received(wire);
         let made = made.clone();
-        deno_core::scope!(scope, js);
+        v8::scope!(scope, isolate);
+        let context = v8::Context::new(scope, Default::default());
+        let scope = &mut v8::ContextScope::new(scope, context);
         compilation.finish(
             scope,
             Some(offer_cache as unsafe extern "C" fn(*mut v8::ModuleCachingInterface)),
-            move |isolate, result| {
-                *made.borrow_mut() =
-                    Some(result.ok().map(|module| v8::Global::new(isolate, module)));
+            move |_, result| {
+                *made.borrow_mut() = Some(result.ok().map(|module| module.get_compiled_module()));
             },
         );
     }
     // V8 answers in a task of its own (or at once): run what it posted, never wait.
-    while made.borrow().is_none()
-        && v8::Platform::pump_message_loop(platform, js.v8_isolate(), false)
-    {}
+    while made.borrow().is_none() && v8::Platform::pump_message_loop(platform, isolate, false) {}
     let taken = TAKEN.with(|taken| taken.get());
-    let Some(Some(module)) = made.borrow_mut().take() else {
+    let Some(Some(compiled)) = made.borrow_mut().take() else {
         return false;
     };
     if !taken {
@@ -113,9 +113,7 @@ pub(crate) fn deserialize(
         // loader compile them as it always does.
         return false;
     }
-    deno_core::scope!(scope, js);
-    let module = v8::Local::new(scope, module);
-    crate::bridge::set_pyodide_module(module.get_compiled_module());
+    crate::bridge::set_pyodide_module(compiled);
     true
 }
 

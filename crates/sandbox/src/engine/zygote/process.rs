@@ -23,10 +23,15 @@ use std::time::{Duration, Instant};
 /// Where the server puts the zygote's end of the control socket.
 pub const CONTROL_FD: RawFd = 3;
 
+/// Makes a snapshot (inflates the one the binary embeds).
+pub type SnapshotMaker = Box<dyn FnOnce() -> crate::engine::Snapshot + Send>;
+
 /// What the zygote boots with (from its command line, see [`super::Zygote::start`]).
 pub struct ZygoteOptions {
     pub limits: Limits,
-    pub snapshot: Option<crate::engine::Snapshot>,
+    /// Makes the snapshot to restore (None: boot without one); called on a thread of its own
+    /// while the zygote does what needs no snapshot.
+    pub snapshot: Option<SnapshotMaker>,
     /// Run warm-up rounds between forks (a server's zygote); a one-shot `run` forks once and
     /// would only pay for rounds nobody gains from.
     pub warm_up: bool,
@@ -88,19 +93,13 @@ fn boot(
     platform: &v8::SharedRef<v8::Platform>,
 ) -> Result<Boot, String> {
     let _entered = rt.enter();
-    let mut config = SandboxConfig::new(options.limits, options.snapshot);
-    config.warm_up = true;
-    let Prepared {
-        parts,
-        state,
-        ready_rx,
-    } = isolate::prepare(config, None).map_err(|e| e.to_string())?;
-    let mut js = isolate::create_runtime(state, &parts.fate);
-    let warm = Rc::new(IdleWarmUp::default());
-    js.op_state().borrow_mut().put(warm.clone());
+    // The snapshot inflates on a thread of its own (joined below, long before any fork) while
+    // this one makes Pyodide's module from the compiled code, in an isolate of its own.
+    let inflating = options.snapshot.map(std::thread::spawn);
     if !options.compiled_wasm.is_empty() {
         let started = Instant::now();
-        if compiled_wasm::deserialize(&mut js, platform, options.compiled_wasm) {
+        let mut isolate = v8::Isolate::new(v8::CreateParams::default());
+        if compiled_wasm::deserialize(&mut isolate, platform, options.compiled_wasm) {
             tracing::debug!(
                 "sandbox zygote: Pyodide's compiled code from the build taken ({} KiB in {} ms)",
                 options.compiled_wasm.len() >> 10,
@@ -112,6 +111,21 @@ fn boot(
             );
         }
     }
+    let snapshot = match inflating.map(std::thread::JoinHandle::join) {
+        None => None,
+        Some(Ok(snapshot)) => Some(snapshot),
+        Some(Err(_)) => return Err("inflating the snapshot failed".to_owned()),
+    };
+    let mut config = SandboxConfig::new(options.limits, snapshot);
+    config.warm_up = true;
+    let Prepared {
+        parts,
+        state,
+        ready_rx,
+    } = isolate::prepare(config, None).map_err(|e| e.to_string())?;
+    let mut js = isolate::create_runtime(state, &parts.fate);
+    let warm = Rc::new(IdleWarmUp::default());
+    js.op_state().borrow_mut().put(warm.clone());
     let evaluated = rt.block_on(async {
         let evaluated = Box::pin(isolate::load_main(&mut js).await?);
         let fate = parts.fate.clone();
@@ -145,7 +159,7 @@ pub fn make_compiled_wasm(snapshot: crate::engine::Snapshot) -> Result<Vec<u8>, 
     let mut boot = boot(
         ZygoteOptions {
             limits: Limits::default(),
-            snapshot: Some(snapshot),
+            snapshot: Some(Box::new(move || snapshot)),
             warm_up: false,
             compiled_wasm: &[],
         },
