@@ -1114,7 +1114,7 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
             4,
             "4. cold process start to first result (`mcp-code-mode run -`, `print(1)`)",
             "ms",
-            "≤ 400 ms p50",
+            "≤ 300 ms p50",
             &cold,
             compared(cold_vs_peer, "the Deno peer's cold start"),
         ),
