@@ -1,6 +1,6 @@
 //! Build script: boots Pyodide once and saves the memory snapshot every sandbox restores (`OUT_DIR/pyodide.snapshot.packed`, embedded by src/assets.rs),
 //! then, in sandboxes restored from it, compiles the wheelhouse's bytecode and makes the zygote's
-//! compiled code for Pyodide's module.
+//! compiled code (for Pyodide's module and the JS modules).
 //!
 //! It boots with the sandbox core (crates/sandbox, an ordinary build-dependency), so the snapshot
 //! is made by exactly the code that restores it.
@@ -9,12 +9,12 @@ use mcp_code_mode_sandbox::{assets, engine};
 use std::{fs, path::Path};
 
 /// Set on this script's own child process, which makes the zygote's compiled code (see
-/// [`compiled_wasm`]) and writes it to the path given.
-const COMPILED_WASM_STEP: &str = "MCP_CODE_MODE_BUILD_COMPILED_WASM";
+/// [`compiled_code`]) and writes it beside the snapshot at the path given.
+const COMPILED_CODE_STEP: &str = "MCP_CODE_MODE_BUILD_COMPILED_CODE";
 
 fn main() {
-    if let Some(out) = std::env::var_os(COMPILED_WASM_STEP) {
-        return compiled_wasm_step(Path::new(&out));
+    if let Some(snapshot) = std::env::var_os(COMPILED_CODE_STEP) {
+        return compiled_code_step(Path::new(&snapshot));
     }
     for file in [
         "js/runner.js",
@@ -39,7 +39,7 @@ fn main() {
     fs::write(&out, &compressed).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
     let snapshot_len = snapshot.len();
     bytecode(&runtime, snapshot);
-    compiled_wasm(&out);
+    compiled_code(&out);
     // Shown with `cargo build -vv`; not a warning, so a normal build prints nothing.
     println!(
         "Pyodide snapshot: {} bytes ({} compressed) in {} ms",
@@ -72,29 +72,31 @@ fn bytecode(runtime: &tokio::runtime::Runtime, snapshot: Vec<u8>) {
     fs::write(&list, code).unwrap_or_else(|e| panic!("cannot write {}: {e}", list.display()));
 }
 
-/// The zygote's compiled code for Pyodide's module (`OUT_DIR/pyodide.wasm-code`, embedded by
-/// src/assets.rs), made in a child process of this script: V8 takes compiled code only in a
-/// process with the flags it was made with, and the zygote's flags (single-threaded V8) are not
-/// this process's, which has made the snapshot already.
-fn compiled_wasm(snapshot_path: &Path) {
-    let out = snapshot_path.with_file_name("pyodide.wasm-code");
+/// The zygote's compiled code: for Pyodide's module (`OUT_DIR/pyodide.wasm-code`) and the JS
+/// modules' code caches (`OUT_DIR/boot.js-code`), embedded by src/assets.rs; made in a child
+/// process of this script: V8 takes compiled code only in a process with the flags it was made
+/// with, and the zygote's flags (single-threaded V8) are not this process's, which has made the
+/// snapshot already.
+fn compiled_code(snapshot_path: &Path) {
     let script = std::env::current_exe().expect("the build script's own path");
     let status = std::process::Command::new(script)
-        .env(COMPILED_WASM_STEP, &out)
+        .env(COMPILED_CODE_STEP, snapshot_path)
         .status()
         .unwrap_or_else(|e| panic!("cannot start the build script again: {e}"));
     assert!(
         status.success(),
-        "could not make the zygote's compiled code for Pyodide's module ({status})"
+        "could not make the zygote's compiled code ({status})"
     );
 }
 
-fn compiled_wasm_step(out: &Path) {
-    let packed = out.with_file_name("pyodide.snapshot.packed");
-    let packed =
-        fs::read(&packed).unwrap_or_else(|e| panic!("cannot read {}: {e}", packed.display()));
+fn compiled_code_step(snapshot_path: &Path) {
+    let packed = fs::read(snapshot_path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", snapshot_path.display()));
     let snapshot = assets::unpack_snapshot(&packed).unwrap_or_else(|e| panic!("{e}"));
-    let code = engine::zygote::make_compiled_wasm(std::sync::Arc::new(snapshot))
+    let code = engine::zygote::make_compiled_code(std::sync::Arc::new(snapshot))
         .unwrap_or_else(|e| panic!("could not make the zygote's compiled code: {e}"));
-    fs::write(out, &code).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+    for (name, bytes) in [("pyodide.wasm-code", code.wasm), ("boot.js-code", code.js)] {
+        let out = snapshot_path.with_file_name(name);
+        fs::write(&out, bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+    }
 }

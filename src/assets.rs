@@ -1,6 +1,6 @@
 //! assets — what this binary embeds: the sandbox core's files (Pyodide's pinned boot files and
 //! our `js/`, re-exported), and what build.rs made with the core: the memory snapshot, the
-//! zygote's compiled code for Pyodide's module and the wheelhouse's bytecode.
+//! zygote's compiled code (Pyodide's module, the JS modules) and the wheelhouse's bytecode.
 
 pub use mcp_code_mode_sandbox::assets::*;
 use mcp_code_mode_sandbox::engine::Snapshot;
@@ -11,9 +11,13 @@ static SNAPSHOT_PACKED: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/pyodide.snapshot.packed"));
 
 /// V8's compiled code for Pyodide's module as a zygote boots it (CPython's interpreter loop
-/// optimized), made by build.rs (see engine::zygote::make_compiled_wasm): a zygote starts with
+/// optimized), made by build.rs (see engine::zygote::make_compiled_code): a zygote starts with
 /// it instead of compiling that loop again.
 pub static COMPILED_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pyodide.wasm-code"));
+
+/// V8's code caches of the JS modules a zygote runs as it boots, made with [`COMPILED_WASM`]: a
+/// zygote starts without parsing and compiling them again.
+pub static COMPILED_JS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/boot.js-code"));
 
 /// The snapshot every sandbox restores instead of booting, inflated once per process on first
 /// use and kept: a thread pool restores it again and again.

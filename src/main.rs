@@ -702,6 +702,7 @@ fn main() -> ExitCode {
                 .then(|| Box::new(mcp_code_mode::assets::snapshot_once) as _),
             warm_up: !args.no_warm_up,
             compiled_wasm: mcp_code_mode::assets::COMPILED_WASM,
+            compiled_js: mcp_code_mode::assets::COMPILED_JS,
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

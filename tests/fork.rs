@@ -162,7 +162,8 @@ fn memory_bombs_are_stopped_in_a_child() {
 fn a_zygote_starts_with_the_compiled_code_the_build_made() {
     // V8 takes the build's code only in a process with the zygote's V8, flags and CPU: were it
     // refused, every zygote would compile CPython's interpreter loop again (~0.2 s of each cold
-    // start), and the result would still be right — so the log is what tells.
+    // start) and parse and compile the JS it runs (~40 ms), and the result would still be right
+    // — so the log is what tells.
     let out = run(
         &[],
         &[("MCP_CODE_MODE_LOG", "mcp_code_mode_sandbox=debug")],
@@ -174,6 +175,20 @@ fn a_zygote_starts_with_the_compiled_code_the_build_made() {
         log.contains("Pyodide's compiled code from the build taken"),
         "{log}"
     );
+    for module in [
+        "codemode/main_deno.js",
+        "codemode/host_deno.js",
+        "codemode/runner.js",
+        "pyodide/pyodide.mjs",
+        "pyodide/pyodide.asm.mjs",
+    ] {
+        assert!(
+            log.contains(&format!(
+                "file:///{module}: offered to V8 with the build's code cache"
+            )),
+            "{module}: {log}"
+        );
+    }
     assert!(!log.contains("did not take"), "{log}");
 }
 

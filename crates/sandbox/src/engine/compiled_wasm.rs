@@ -6,7 +6,7 @@
 //! optimizes it with TurboFan there: ~140 ms, synchronously where V8 runs single-threaded (the
 //! zygote). A module V8 serialized after that holds the optimized code (TurboFan code only; the
 //! rest stays lazy); one deserialized from it starts with it. The build makes it (see
-//! `zygote::make_compiled_wasm`) and the binary embeds it.
+//! `zygote::make_compiled_code`) and the binary embeds it.
 //!
 //! V8 checks a serialization's header (its version, flags and CPU features) and refuses one that
 //! does not match, but trusts the rest: only bytes V8 itself wrote, whole, may be offered.

@@ -1,6 +1,7 @@
 //! The sandbox thread: a current-thread tokio runtime, a deno_core `JsRuntime`, and the modules
 //! main_deno.js imports, all served from memory.
 
+use super::code_cache;
 use super::memory::{self, MemoryShares};
 use super::{EngineError, Fate, Limits, Sandbox, SandboxConfig, ThreadSandbox};
 use crate::assets;
@@ -213,9 +214,15 @@ pub(super) struct SandboxState {
 
 /// Creates the sandbox's isolate with its limits and ops, and loads nothing yet. The calling
 /// thread must be inside a tokio runtime: V8 posts delayed tasks through it.
-pub(super) fn create_runtime(state: SandboxState, fate: &Arc<Fate>) -> JsRuntime {
+/// `code_caches`: V8's code caches of the modules (see [`code_cache`]), for a runtime whose V8
+/// flags are those they were made with (empty: none).
+pub(super) fn create_runtime(
+    state: SandboxState,
+    fate: &Arc<Fate>,
+    code_caches: &'static [u8],
+) -> JsRuntime {
     let mut js = JsRuntime::new(RuntimeOptions {
-        module_loader: Some(Rc::new(EmbeddedModules)),
+        module_loader: Some(Rc::new(EmbeddedModules { code_caches })),
         extensions: vec![bridge::codemode_bridge::init()],
         create_params: Some(
             v8::CreateParams::default()
@@ -326,7 +333,7 @@ fn run_thread(
         .build()
         .map_err(|e| format!("cannot start the sandbox's tokio runtime: {e}"))?;
     let _guard = rt.enter();
-    let mut js = create_runtime(state, &fate);
+    let mut js = create_runtime(state, &fate, &[]);
     if handle_tx
         .send(js.v8_isolate().thread_safe_handle())
         .is_err()
@@ -396,8 +403,11 @@ pub(super) enum Phase {
     Idle,
 }
 
-/// Serves main_deno.js and everything it imports from the binary. Any other specifier is an error.
-struct EmbeddedModules;
+/// Serves main_deno.js and everything it imports from the binary, each with its code cache
+/// where it has one. Any other specifier is an error.
+struct EmbeddedModules {
+    code_caches: &'static [u8],
+}
 
 impl ModuleLoader for EmbeddedModules {
     fn resolve(
@@ -407,6 +417,20 @@ impl ModuleLoader for EmbeddedModules {
         _kind: ResolutionKind,
     ) -> Result<ModuleSpecifier, deno_core::error::ModuleLoaderError> {
         deno_core::resolve_import(specifier, referrer).map_err(deno_error::JsErrorBox::from_err)
+    }
+
+    /// deno_core calls this only for a module whose cache V8 refused (it offers V8's own new
+    /// cache, which nothing keeps: the next process would refuse it too).
+    fn code_cache_ready(
+        &self,
+        specifier: ModuleSpecifier,
+        _hash: u64,
+        _code_cache: &[u8],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+        tracing::info!(
+            "V8 did not take the build's code cache for {specifier} (another V8 or other flags?); compiled from its source"
+        );
+        Box::pin(std::future::ready(()))
     }
 
     fn load(
@@ -430,7 +454,13 @@ impl ModuleLoader for EmbeddedModules {
                 ModuleType::JavaScript,
                 ModuleSourceCode::String(deno_core::ModuleCodeString::from_static(code)),
                 specifier,
-                None,
+                code_cache::find(self.code_caches, path, code).map(|(hash, cache)| {
+                    tracing::debug!("{specifier}: offered to V8 with the build's code cache");
+                    deno_core::SourceCodeCacheInfo {
+                        hash,
+                        data: Some(std::borrow::Cow::Borrowed(cache)),
+                    }
+                }),
             )),
             None => Err(deno_error::JsErrorBox::generic(format!(
                 "module not found: {specifier} (the sandbox imports only its embedded modules)"

@@ -11,6 +11,7 @@
 //! **Invariant:** a limit breach (timeout, V8 heap, MemoryError) ends the isolate; it is never
 //! reused. Between a session's jobs the isolate is not driven at all (see `isolate::drive_jobs`).
 
+mod code_cache;
 mod compiled_wasm;
 pub mod control;
 pub mod files;

@@ -22,7 +22,7 @@ mod prefault;
 mod process;
 pub mod seal;
 
-pub use process::{make_compiled_wasm, run, ZygoteOptions, CONTROL_FD};
+pub use process::{make_compiled_code, run, CompiledCode, ZygoteOptions, CONTROL_FD};
 
 use super::{
     died_error, read_report, shape_outcome, stopped_error, EngineError, Limits, RunControl,

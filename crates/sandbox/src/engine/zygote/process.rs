@@ -9,7 +9,7 @@
 use super::{child, control, prefault};
 use crate::bridge::{IdleWarmUp, SharedOutput};
 use crate::engine::isolate::{self, Prepared};
-use crate::engine::{compiled_wasm, Limits, SandboxConfig};
+use crate::engine::{code_cache, compiled_wasm, Limits, SandboxConfig};
 use deno_core::v8;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -35,9 +35,18 @@ pub struct ZygoteOptions {
     /// Run warm-up rounds between forks (a server's zygote); a one-shot `run` forks once and
     /// would only pay for rounds nobody gains from.
     pub warm_up: bool,
-    /// V8's compiled code for Pyodide's module, made by [`make_compiled_wasm`] at build time
+    /// V8's compiled code for Pyodide's module, made by [`make_compiled_code`] at build time
     /// (empty: none; compiled at boot).
     pub compiled_wasm: &'static [u8],
+    /// V8's code caches of the JS modules, made by [`make_compiled_code`] at build time (empty:
+    /// none; parsed and compiled at boot).
+    pub compiled_js: &'static [u8],
+}
+
+/// What [`make_compiled_code`] makes: see [`ZygoteOptions`]'s fields of the same names.
+pub struct CompiledCode {
+    pub wasm: Vec<u8>,
+    pub js: Vec<u8>,
 }
 
 /// The zygote's main: never returns. Call before any thread exists.
@@ -123,7 +132,7 @@ fn boot(
         state,
         ready_rx,
     } = isolate::prepare(config, None).map_err(|e| e.to_string())?;
-    let mut js = isolate::create_runtime(state, &parts.fate);
+    let mut js = isolate::create_runtime(state, &parts.fate, options.compiled_js);
     let warm = Rc::new(IdleWarmUp::default());
     js.op_state().borrow_mut().put(warm.clone());
     let evaluated = rt.block_on(async {
@@ -145,12 +154,13 @@ fn boot(
     })
 }
 
-/// V8's compiled code for Pyodide's module as a zygote boots it, CPython's interpreter loop
-/// optimized among it: what the build embeds (`ZygoteOptions::compiled_wasm`), so that a zygote
-/// starts without compiling that loop again (~0.2 s of a cold start). V8 takes such code only
-/// in a process with the same V8, flags and CPU, so this sets the zygote's flags for this
-/// process: call it in a process of its own, before any isolate exists.
-pub fn make_compiled_wasm(snapshot: crate::engine::Snapshot) -> Result<Vec<u8>, String> {
+/// V8's compiled code as a zygote boots: for Pyodide's module (CPython's interpreter loop
+/// optimized among it) and the JS modules' code caches. What the build embeds
+/// (`ZygoteOptions::compiled_wasm` and `compiled_js`), so that a zygote starts without compiling
+/// that loop again (~0.2 s of a cold start) or parsing and compiling the JS it runs (~40 ms).
+/// V8 takes such code only in a process with the same V8, flags and CPU, so this sets the
+/// zygote's flags for this process: call it in a process of its own, before any isolate exists.
+pub fn make_compiled_code(snapshot: crate::engine::Snapshot) -> Result<CompiledCode, String> {
     let platform = init_v8_forkable();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -162,12 +172,15 @@ pub fn make_compiled_wasm(snapshot: crate::engine::Snapshot) -> Result<Vec<u8>, 
             snapshot: Some(Box::new(move || snapshot)),
             warm_up: false,
             compiled_wasm: &[],
+            compiled_js: &[],
         },
         &rt,
         &platform,
     )?;
-    compiled_wasm::serialize(&mut boot.js)
-        .ok_or_else(|| "V8 serialized no optimized code of Pyodide's module".to_owned())
+    let wasm = compiled_wasm::serialize(&mut boot.js)
+        .ok_or_else(|| "V8 serialized no optimized code of Pyodide's module".to_owned())?;
+    let js = code_cache::make(&mut boot.js)?;
+    Ok(CompiledCode { wasm, js })
 }
 
 fn serve(options: ZygoteOptions) -> Result<(), String> {
