@@ -6,7 +6,11 @@
 //! environment and then from a `.env` file beside the config file, and in `url` and `headers`
 //! values of servers reached over HTTP (their values are secrets: never shown in a message).
 //!
-//! Keys starting with `//` are comments (JSON has none) and are ignored.
+//! Keys starting with `//` are comments (JSON has none) and are ignored, at any depth.
+//!
+//! A file is read in two steps: serde reads its shape into the `Raw*` types (which keys, holding
+//! which kinds of JSON value), then plain code checks what a type cannot say (ranges, names, one
+//! kind of server per entry, `${VAR}`s) and builds the public types.
 //!
 //! **Invariant:** every error names the file, and where it applies the server and the field, so a
 //! user can fix the file without reading this code. Problems that do not stop us from running
@@ -14,8 +18,11 @@
 //! would silently drop what the user meant. A server we cannot reach at all (the legacy SSE
 //! transport) is kept, with the reason, so a script that calls it is told why.
 
-use serde_json::Value;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Number, Value};
+use serde_path_to_error::Segment;
 use std::collections::BTreeMap;
+use std::fmt::{self, Display};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,31 +55,6 @@ pub fn parse_timeout(s: &str) -> Result<f64, String> {
         ))
     }
 }
-
-/// Top-level keys besides the servers' object.
-const TOP_LEVEL_SETTINGS: &[&str] = &[
-    "executor",
-    "python",
-    "approvals",
-    "packages",
-    "data",
-    "sessions",
-];
-
-const KNOWN_FIELDS: &[&str] = &[
-    "command",
-    "args",
-    "env",
-    "cwd",
-    "url",
-    "headers",
-    "oauth",
-    "description",
-    "disabled",
-    "timeout_s",
-    "type",
-    "policy",
-];
 
 /// The loaded configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -118,45 +100,6 @@ pub const DATA_KEYS: [&str; 6] = [
     "keep_runs_s",
     "keep_runs_mb",
 ];
-
-fn parse_data(value: &Value) -> Result<DataSettings, String> {
-    let Value::Object(fields) = value else {
-        return Err(format!(
-            "\"data\" must be an object such as {{\"max_file_bytes\": 8388608, \"keep_runs_s\": 3600}}, got {}",
-            kind(value)
-        ));
-    };
-    let mut data = DataSettings::default();
-    for (field, value) in fields.iter().filter(|(k, _)| !is_comment(k)) {
-        if field == "keep_runs_s" {
-            let seconds = value.as_f64().filter(|s| *s > 0.0 && s.is_finite());
-            data.keep_runs_s = Some(seconds.ok_or_else(|| {
-                format!(
-                    "\"data\": \"keep_runs_s\" must be a number of seconds above 0, got {value}"
-                )
-            })?);
-            continue;
-        }
-        let number = value.as_u64().filter(|n| *n > 0).ok_or_else(|| {
-            format!("\"data\": \"{field}\" must be a whole number above 0, got {value}")
-        });
-        let slot = match field.as_str() {
-            "max_file_bytes" => &mut data.max_file_bytes,
-            "max_files_bytes" => &mut data.max_files_bytes,
-            "max_output_files" => &mut data.max_output_files,
-            "inline_bytes" => &mut data.inline_bytes,
-            "keep_runs_mb" => &mut data.keep_runs_mb,
-            _ => {
-                return Err(format!(
-                    "\"data\": unknown field \"{field}\" (expected {})",
-                    DATA_KEYS.map(|k| format!("\"{k}\"")).join(", ")
-                ))
-            }
-        };
-        *slot = Some(number?);
-    }
-    Ok(data)
-}
 
 /// Where scripts run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -349,61 +292,44 @@ pub fn load_with_env(
         path: path.to_path_buf(),
         source,
     })?;
-    let root: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Syntax {
+    let mut root: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Syntax {
         path: path.to_path_buf(),
         line: e.line(),
         column: e.column(),
         message: strip_position(&e.to_string()),
     })?;
+    strip_comments(&mut root);
     let file_error = |message: String| ConfigError::File {
         path: path.to_path_buf(),
         message,
     };
-    let Value::Object(root) = root else {
-        return Err(file_error(format!(
-            "expected an object with a \"servers\" (or \"mcpServers\") object, got {}",
-            kind(&root)
-        )));
-    };
-    let servers = match (root.get("servers"), root.get("mcpServers")) {
-        (Some(_), Some(_)) => {
-            return Err(file_error(
-                "has both \"servers\" and \"mcpServers\": use one of them".to_owned(),
-            ))
-        }
-        (Some(s), None) => ("servers", s),
-        (None, Some(s)) => ("mcpServers", s),
+    // Ahead of the types: were one of the two also malformed, that would hide the real mistake.
+    if root.get("servers").is_some() && root.get("mcpServers").is_some() {
+        return Err(file_error(
+            "has both \"servers\" and \"mcpServers\": use one of them".to_owned(),
+        ));
+    }
+    let raw: RawFile = typed(&root, FILE_FIELDS).map_err(|m| file_error(m.in_file()))?;
+    let (key, servers) = match (raw.servers, raw.mcp_servers) {
+        (Some(servers), _) => ("servers", servers),
+        (None, Some(servers)) => ("mcpServers", servers),
         (None, None) => {
             return Err(file_error(
                 "expected a \"servers\" (or \"mcpServers\") object listing the servers".to_owned(),
             ))
         }
     };
-    let (key, servers) = servers;
-    let Value::Object(servers) = servers else {
-        return Err(file_error(format!(
-            "\"{key}\" must be an object mapping server names to their settings, got {}",
-            kind(servers)
-        )));
-    };
-    for other in root
-        .keys()
-        .filter(|k| *k != key && !is_comment(k) && !TOP_LEVEL_SETTINGS.contains(&k.as_str()))
-    {
+    for other in raw.other.keys() {
         tracing::warn!(
             "{}: unknown top-level key \"{other}\" ignored (expected \"{key}\", and optionally \"executor\", \"python\", \"approvals\", \"packages\", \"data\" and \"sessions\")",
             path.display()
         );
     }
-    let executor = match root.get("executor") {
+    let executor = match raw.executor.as_deref() {
         None => None,
-        Some(Value::String(s)) if s == "sandbox" => Some(Executor::Sandbox),
-        Some(Value::String(s)) if s == "local" => Some(Executor::Local),
-        Some(other) => {
-            return Err(file_error(format!(
-                "\"executor\" must be \"sandbox\" (the default) or \"local\" (a host python3 process per script, not sandboxed), got {other}"
-            )))
-        }
+        Some("sandbox") => Some(Executor::Sandbox),
+        Some("local") => Some(Executor::Local),
+        Some(other) => return Err(file_error(must_be("executor", format!("{other:?}")))),
     };
 
     let dot_env_path = path.with_file_name(".env");
@@ -420,20 +346,18 @@ pub fn load_with_env(
         _ => PathBuf::from("."),
     };
 
-    let python = match root.get("python") {
+    let python = match raw.python {
         None => None,
-        Some(Value::String(s)) if !s.trim().is_empty() => {
-            let given = PathBuf::from(s);
+        Some(s) if s.trim().is_empty() => {
+            return Err(file_error(must_be("python", format!("{s:?}"))))
+        }
+        Some(s) => {
+            let given = PathBuf::from(&s);
             Some(if s.contains('/') && given.is_relative() {
                 base_dir.join(given)
             } else {
                 given
             })
-        }
-        Some(other) => {
-            return Err(file_error(format!(
-            "\"python\" must be the path (or name on PATH) of a Python 3.10 or later, got {other}"
-        )))
         }
     };
     if python.is_some() && executor != Some(Executor::Local) {
@@ -451,29 +375,32 @@ pub fn load_with_env(
         ),
         ..Default::default()
     };
-    if let Some(settings) = root.get("approvals") {
+    if let Some(settings) = &raw.approvals {
         crate::approval::parse_settings(settings, &mut approvals).map_err(file_error)?;
     }
-    for (name, entry) in servers.iter().filter(|(name, _)| !is_comment(name)) {
+    for (name, entry) in &servers {
         let ctx = Ctx { path, server: name };
-        parsed.push(parse_server(&ctx, entry, &vars, &base_dir)?);
-        if let Some(policy) = entry.get("policy") {
-            let rules = crate::approval::parse_server_policy(policy)
+        let (server, policy) = parse_server(&ctx, entry, &vars, &base_dir)?;
+        parsed.push(server);
+        if let Some(policy) = policy {
+            let rules = crate::approval::parse_server_policy(&policy)
                 .map_err(|e| ctx.field_error("policy", e))?;
             approvals.servers.insert(name.clone(), rules);
         }
     }
-    let packages = match root.get("packages") {
-        None => Packages::default(),
-        Some(value) => parse_packages(value, &base_dir).map_err(file_error)?,
-    };
-    let data = match root.get("data") {
+    let packages = raw
+        .packages
+        .map_or_else(Packages::default, |Obj(packages)| Packages {
+            wheels: packages.wheels.map(|dir| base_dir.join(dir)),
+            preload: packages.preload.unwrap_or_default(),
+        });
+    let data = match raw.data {
         None => DataSettings::default(),
-        Some(value) => parse_data(value).map_err(file_error)?,
+        Some(Obj(data)) => parse_data(data).map_err(file_error)?,
     };
-    let sessions = match root.get("sessions") {
+    let sessions = match raw.sessions {
         None => SessionSettings::default(),
-        Some(value) => parse_sessions(value).map_err(file_error)?,
+        Some(Obj(sessions)) => parse_sessions(sessions).map_err(file_error)?,
     };
     Ok(Config {
         path: path.to_path_buf(),
@@ -484,6 +411,24 @@ pub fn load_with_env(
         packages,
         data,
         sessions,
+    })
+}
+
+fn parse_data(raw: RawData) -> Result<DataSettings, String> {
+    let whole = |field: &str, n: Option<Number>| {
+        checked(&format!("data.{field}"), n, |n| {
+            n.as_u64().filter(|&n| n > 0)
+        })
+    };
+    Ok(DataSettings {
+        max_file_bytes: whole("max_file_bytes", raw.max_file_bytes)?,
+        max_files_bytes: whole("max_files_bytes", raw.max_files_bytes)?,
+        max_output_files: whole("max_output_files", raw.max_output_files)?,
+        inline_bytes: whole("inline_bytes", raw.inline_bytes)?,
+        keep_runs_s: checked("data.keep_runs_s", raw.keep_runs_s, |&s| {
+            (s > 0.0 && s.is_finite()).then_some(s)
+        })?,
+        keep_runs_mb: whole("keep_runs_mb", raw.keep_runs_mb)?,
     })
 }
 
@@ -501,83 +446,353 @@ pub struct SessionSettings {
 /// The MiB a session's sandbox may be given (the same range as `--memory-mb`).
 pub const SESSION_MEMORY_MB: std::ops::RangeInclusive<u64> = 128..=16384;
 
-fn parse_sessions(value: &Value) -> Result<SessionSettings, String> {
-    let Value::Object(fields) = value else {
-        return Err(format!(
-            "\"sessions\" must be an object {{\"max\": N, \"idle_s\": SECONDS, \"memory_mb\": MIB}}, got {}",
-            kind(value)
-        ));
-    };
-    let mut settings = SessionSettings::default();
-    for (field, v) in fields.iter().filter(|(k, _)| !is_comment(k)) {
-        match field.as_str() {
-            "max" => match v.as_u64() {
-                Some(n) if n >= 1 => settings.max = Some(n as usize),
-                _ => return Err(format!("\"sessions\": \"max\" must be a whole number of at least 1, got {v}")),
-            },
-            "idle_s" => match v.as_f64() {
-                Some(s) if timeout_within(s, 86_400.0) => settings.idle_s = Some(s),
-                _ => return Err(format!("\"sessions\": \"idle_s\" must be seconds, more than 0 and at most 86400, got {v}")),
-            },
-            "memory_mb" => match v.as_u64() {
-                Some(n) if SESSION_MEMORY_MB.contains(&n) => settings.memory_mb = Some(n),
-                _ => return Err(format!(
-                    "\"sessions\": \"memory_mb\" must be MiB from {} to {}, got {v}",
-                    SESSION_MEMORY_MB.start(),
-                    SESSION_MEMORY_MB.end()
-                )),
-            },
-            other => {
-                return Err(format!(
-                    "\"sessions\": unknown field \"{other}\" (expected \"max\", \"idle_s\" and \"memory_mb\")"
-                ))
-            }
-        }
-    }
-    Ok(settings)
+fn parse_sessions(raw: RawSessions) -> Result<SessionSettings, String> {
+    Ok(SessionSettings {
+        max: checked("sessions.max", raw.max, |n| {
+            n.as_u64()
+                .filter(|&n| n >= 1)
+                .and_then(|n| usize::try_from(n).ok())
+        })?,
+        idle_s: checked("sessions.idle_s", raw.idle_s, |&s| {
+            timeout_within(s, 86_400.0).then_some(s)
+        })?,
+        memory_mb: checked("sessions.memory_mb", raw.memory_mb, |n| {
+            n.as_u64().filter(|n| SESSION_MEMORY_MB.contains(n))
+        })?,
+    })
 }
 
-fn parse_packages(value: &Value, base_dir: &Path) -> Result<Packages, String> {
-    let Value::Object(fields) = value else {
-        return Err(format!(
-            "\"packages\" must be an object {{\"wheels\": DIR, \"preload\": [...]}}, got {}",
-            kind(value)
-        ));
-    };
-    let mut packages = Packages::default();
-    for (field, value) in fields.iter().filter(|(k, _)| !is_comment(k)) {
-        match (field.as_str(), value) {
-            ("wheels", Value::String(dir)) => packages.wheels = Some(base_dir.join(dir)),
-            ("preload", Value::Array(names)) => {
-                for name in names {
-                    let Value::String(name) = name else {
-                        return Err(format!(
-                            "\"packages\": \"preload\" lists package names (strings), got {}",
-                            kind(name)
-                        ));
-                    };
-                    packages.preload.push(name.clone());
-                }
+/// What each setting of a server takes, in the words of "expected ..., got a number" (`[]`: any
+/// item of an array, `*`: any key of an object, `""`: the server's entry itself). The top-level
+/// rows are the fields a server has: an unknown key near one of them is taken for a typo of it.
+#[rustfmt::skip]
+const SERVER_FIELDS: &[(&str, &str)] = &[
+    ("", "an object with a \"command\" (a local server) or a \"url\" (a remote one)"),
+    ("command", "a string"),
+    ("args", "an array of strings"),
+    ("args[]", "a string"),
+    ("env", "an object of strings"),
+    ("env.*", "a string"),
+    ("cwd", "a string (a directory)"),
+    ("url", "a string"),
+    ("headers", "an object of strings"),
+    ("headers.*", "a string"),
+    ("oauth", "an object"),
+    ("oauth.*", "a string"),
+    ("oauth.scopes", "an array of scope names"),
+    ("oauth.scopes[]", "a scope name"),
+    ("oauth.redirect_port", "a port number (0 to 65535)"),
+    ("description", "a string"),
+    ("disabled", "true or false"),
+    ("timeout_s", "a positive number of seconds (at most 86400)"),
+    ("type", "a string"),
+    ("policy", "a policy"),
+];
+
+/// The same for the file's settings (each server's entry is read on its own, with SERVER_FIELDS).
+#[rustfmt::skip]
+const FILE_FIELDS: &[(&str, &str)] = &[
+    ("", "an object with a \"servers\" (or \"mcpServers\") object"),
+    ("servers", "an object mapping server names to their settings"),
+    ("mcpServers", "an object mapping server names to their settings"),
+    ("executor", "\"sandbox\" (the default) or \"local\" (a host python3 process per script, \
+        not sandboxed)"),
+    ("python", "the path (or name on PATH) of a Python 3.10 or later"),
+    ("approvals", "an object"),
+    ("packages", "an object {\"wheels\": DIR, \"preload\": [...]}"),
+    ("packages.wheels", "a directory (a string)"),
+    ("packages.preload", "a list of package names"),
+    ("packages.preload[]", "a package name (a string)"),
+    ("data", "an object such as {\"max_file_bytes\": 8388608, \"keep_runs_s\": 3600}"),
+    ("data.*", "a whole number above 0"),
+    ("data.keep_runs_s", "a number of seconds above 0"),
+    ("sessions", "an object {\"max\": N, \"idle_s\": SECONDS, \"memory_mb\": MIB}"),
+    ("sessions.max", "a whole number of at least 1"),
+    ("sessions.idle_s", "seconds, more than 0 and at most 86400"),
+    ("sessions.memory_mb", "MiB from 128 to 16384"),
+];
+
+// The file's shape. None of these derives Debug: they hold credentials as written.
+//
+// Numbers with a range are `f64` or `Number`, never `u16` or `u64`: a type error can only say
+// "got a number" (a value in the wrong place may be a credential), which tells nothing about 1.5
+// or 70000; the range checks, which know they hold a plain number, show it.
+
+/// The servers stay JSON here: each is read on its own, so that an error names it and the
+/// servers keep the file's order.
+#[derive(serde::Deserialize)]
+struct RawFile {
+    servers: Option<serde_json::Map<String, Value>>,
+    #[serde(rename = "mcpServers")]
+    mcp_servers: Option<serde_json::Map<String, Value>>,
+    executor: Option<String>,
+    python: Option<String>,
+    /// Read by `approval`, which words its own errors.
+    approvals: Option<Value>,
+    packages: Option<Obj<RawPackages>>,
+    data: Option<Obj<RawData>>,
+    sessions: Option<Obj<RawSessions>>,
+    /// Unknown keys: warnings (see the module's invariant).
+    #[serde(flatten)]
+    other: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawServer {
+    #[serde(rename = "type")]
+    transport: Option<String>,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<String>,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    oauth: Option<Obj<RawOAuth>>,
+    description: Option<String>,
+    disabled: Option<bool>,
+    timeout_s: Option<f64>,
+    /// Read by `approval`, which words its own errors.
+    policy: Option<Value>,
+    /// Unknown keys: warnings, but for a near miss of a field.
+    #[serde(flatten)]
+    other: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOAuth {
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    scopes: Option<Scopes>,
+    grant: Option<String>,
+    redirect_port: Option<Number>,
+    client_metadata_url: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPackages {
+    wheels: Option<String>,
+    preload: Option<Vec<String>>,
+}
+
+/// Its fields are [`DATA_KEYS`].
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawData {
+    max_file_bytes: Option<Number>,
+    max_files_bytes: Option<Number>,
+    max_output_files: Option<Number>,
+    inline_bytes: Option<Number>,
+    keep_runs_s: Option<f64>,
+    keep_runs_mb: Option<Number>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSessions {
+    max: Option<Number>,
+    idle_s: Option<f64>,
+    memory_mb: Option<Number>,
+}
+
+/// `T` read from a JSON object only: serde also reads a struct from an array, field by position.
+/// (A struct with a flattened field, as `RawServer`, takes objects only by itself.)
+struct Obj<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Only<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
             }
-            ("wheels", other) | ("preload", other) => {
-                return Err(format!(
-                    "\"packages\": \"{field}\" must be {}, got {}",
-                    if field == "wheels" {
-                        "a directory (string)"
-                    } else {
-                        "a list of package names"
-                    },
-                    kind(other)
-                ))
-            }
-            _ => {
-                return Err(format!(
-                    "\"packages\": unknown field \"{field}\" (expected \"wheels\" and \"preload\")"
-                ))
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
             }
         }
+        deserializer
+            .deserialize_map(Only(std::marker::PhantomData))
+            .map(Obj)
     }
-    Ok(packages)
+}
+
+/// `"scopes"`: an array of names, or one string of them separated by spaces (OAuth's own form).
+/// Not `#[serde(untagged)]`: its error would point at the array, not at the item that is wrong.
+struct Scopes(Vec<String>);
+
+impl<'de> Deserialize<'de> for Scopes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> Visitor<'de> for Either {
+            type Value = Scopes;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of scope names")
+            }
+            fn visit_str<E: de::Error>(self, spaced: &str) -> Result<Scopes, E> {
+                Ok(Scopes(
+                    spaced.split_whitespace().map(str::to_owned).collect(),
+                ))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Scopes, A::Error> {
+                Vec::deserialize(de::value::SeqAccessDeserializer::new(items)).map(Scopes)
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
+}
+
+/// Removes the comments (`//` keys, see the module's doc) before serde sees the keys.
+fn strip_comments(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|key, _| !key.starts_with("//"));
+            map.values_mut().for_each(strip_comments);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_comments),
+        _ => {}
+    }
+}
+
+/// What serde found wrong with a value, kept in the terms our messages use.
+struct Mistake {
+    /// Where, from the value given to [`typed`]: `oauth.scopes[1]` (empty: that value itself).
+    at: String,
+    problem: Problem,
+}
+
+enum Problem {
+    /// What belongs there, and the kind of value found instead: never the value, which may be a
+    /// credential.
+    Kind { expected: String, got: &'static str },
+    /// The last key of `at` is not a field there; `known` are the ones that are.
+    Unknown { key: String, known: Vec<String> },
+}
+
+impl Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Problem::Kind { expected, got } => write!(f, "expected {expected}, got {got}"),
+            Problem::Unknown { key, known } => match near(key, known.iter().map(String::as_str)) {
+                Some(meant) => write!(f, "is not a known field: did you mean \"{meant}\"?"),
+                None => write!(f, "is not a known field (known: {})", known.join(", ")),
+            },
+        }
+    }
+}
+
+impl Mistake {
+    /// The message of a mistake in the file's own settings (`"packages": "wheels" must be ...`).
+    fn in_file(self) -> String {
+        match &self.problem {
+            _ if self.at.is_empty() => self.problem.to_string(),
+            Problem::Kind { expected, got } => {
+                format!("{} must be {expected}, got {got}", quoted(&self.at))
+            }
+            Problem::Unknown { .. } => format!("{} {}", quoted(&self.at), self.problem),
+        }
+    }
+}
+
+/// Reads `value` as `T`; a mistake says where it is and, from `fields` (see SERVER_FIELDS), what
+/// belongs there.
+fn typed<'de, T: Deserialize<'de>>(
+    value: &'de Value,
+    fields: &[(&str, &'static str)],
+) -> Result<T, Mistake> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let (mut at, mut pattern, mut key) = (String::new(), String::new(), String::new());
+        let mut found = Some(value);
+        for segment in e.path() {
+            match segment {
+                Segment::Map { key: k } => {
+                    found = found.and_then(|v| v.get(k));
+                    let dot = if at.is_empty() { "" } else { "." };
+                    at = format!("{at}{dot}{k}");
+                    pattern = format!("{pattern}{dot}{k}");
+                    key.clone_from(k);
+                }
+                Segment::Seq { index } => {
+                    found = found.and_then(|v| v.get(index));
+                    at = format!("{at}[{index}]");
+                    pattern.push_str("[]");
+                }
+                Segment::Enum { .. } | Segment::Unknown => {}
+            }
+        }
+        // serde's own words end in ", expected WHAT": the names of the fields for an unknown
+        // one (each in backquotes), else the type it wanted, our fallback where `fields` has no
+        // row. What comes before may quote the value: it is not used.
+        let message = e.inner().to_string();
+        let wanted = message
+            .rsplit_once(", expected ")
+            .map_or("something else", |(_, w)| w);
+        let problem = if message.starts_with("unknown field `") {
+            let known = wanted.split('`').skip(1).step_by(2).map(str::to_owned);
+            Problem::Unknown {
+                key,
+                known: known.collect(),
+            }
+        } else {
+            Problem::Kind {
+                expected: expected_at(fields, &pattern).unwrap_or(wanted).to_owned(),
+                got: found.map_or("nothing", kind),
+            }
+        };
+        Mistake { at, problem }
+    })
+}
+
+/// What `field` (with `[]` for an index) takes, from `fields`: its row, else its object's `.*`.
+fn expected_at(fields: &[(&str, &'static str)], field: &str) -> Option<&'static str> {
+    let row = |f: &str| fields.iter().find(|(k, _)| *k == f).map(|(_, e)| *e);
+    row(field).or_else(|| row(&format!("{}.*", field.rsplit_once('.')?.0)))
+}
+
+/// `"data": "keep_runs_s"` for `data.keep_runs_s`: a setting of the file, then a field of it.
+fn quoted(at: &str) -> String {
+    match at.split_once('.') {
+        Some((setting, field)) => format!("\"{setting}\": \"{field}\""),
+        None => format!("\"{at}\""),
+    }
+}
+
+/// The message for a setting of the file (a FILE_FIELDS row) whose value `got` is not one it takes.
+fn must_be(field: &str, got: impl Display) -> String {
+    let expected = expected_at(FILE_FIELDS, field).unwrap_or("something else");
+    format!("{} must be {expected}, got {got}", quoted(field))
+}
+
+/// `value` as `accept` takes it, else the message naming `field` and `value` (only numbers come
+/// here: no credential).
+fn checked<V: Display, T>(
+    field: &str,
+    value: Option<V>,
+    accept: impl Fn(&V) -> Option<T>,
+) -> Result<Option<T>, String> {
+    value
+        .map(|v| accept(&v).ok_or_else(|| must_be(field, &v)))
+        .transpose()
+}
+
+/// The field `key` is probably a typo of: at most two edits away, ignoring case.
+fn near<'a>(key: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let key = key.to_ascii_lowercase();
+    known
+        .into_iter()
+        .map(|known| (strsim::damerau_levenshtein(&key, known), known))
+        .filter(|&(distance, known)| distance <= 2 && distance < known.len().min(key.len().max(1)))
+        .min()
+        .map(|(_, known)| known)
+}
+
+/// The fields a server has: the top-level rows of SERVER_FIELDS.
+fn server_fields() -> impl Iterator<Item = &'static str> {
+    SERVER_FIELDS
+        .iter()
+        .map(|(field, _)| *field)
+        .filter(|field| !field.is_empty() && !field.contains(['.', '[']))
 }
 
 /// Where an error is: the file and the server being read.
@@ -602,48 +817,37 @@ impl Ctx<'_> {
             message: message.into(),
         }
     }
+    /// `field` (a SERVER_FIELDS row) holds `got`, which it does not take.
+    fn expected(&self, field: &str, got: impl Display) -> ConfigError {
+        let expected = expected_at(SERVER_FIELDS, field).unwrap_or("something else");
+        self.field_error(field, format!("expected {expected}, got {got}"))
+    }
+    fn mistake(&self, mistake: Mistake) -> ConfigError {
+        match mistake.at.as_str() {
+            "" => self.server_error(mistake.problem.to_string()),
+            field => self.field_error(field, mistake.problem.to_string()),
+        }
+    }
 }
 
-/// The known field `key` is probably a typo of: at most two edits away, ignoring case.
-fn near_known_field(key: &str) -> Option<&'static str> {
-    let key = key.to_ascii_lowercase();
-    KNOWN_FIELDS
-        .iter()
-        .map(|known| (strsim::damerau_levenshtein(&key, known), *known))
-        .filter(|&(distance, known)| distance <= 2 && distance < known.len().min(key.len().max(1)))
-        .min()
-        .map(|(_, known)| known)
-}
-
+/// Reads one server's entry, and hands back its `"policy"` for `approval` to read.
 fn parse_server(
     ctx: &Ctx,
     entry: &Value,
     vars: &Vars,
     base_dir: &Path,
-) -> Result<ServerConfig, ConfigError> {
+) -> Result<(ServerConfig, Option<Value>), ConfigError> {
     let name = ctx.server;
     if !valid_name(name) {
         return Err(
             ctx.server_error("invalid server name: use 1 to 64 characters from A-Z a-z 0-9 _ -")
         );
     }
-    let Value::Object(entry) = entry else {
-        return Err(ctx.server_error(format!(
-            "expected an object with a \"command\" (a local server) or a \"url\" (a remote one), got {}",
-            kind(entry)
-        )));
-    };
+    let raw: RawServer = typed(entry, SERVER_FIELDS).map_err(|m| ctx.mistake(m))?;
 
-    let transport_type = match entry.get("type") {
-        None => None,
-        Some(Value::String(t)) => Some(t.as_str()),
-        Some(other) => {
-            return Err(ctx.field_error("type", format!("expected a string, got {}", kind(other))))
-        }
-    };
     // Claude's and Cursor's names for the two transports we speak, and the legacy one we cannot.
-    let remote = match transport_type {
-        None => entry.contains_key("url"),
+    let remote = match raw.transport.as_deref() {
+        None => raw.url.is_some(),
         Some("stdio") => false,
         Some("http" | "streamable-http" | "streamableHttp" | "sse") => true,
         Some(t) => {
@@ -655,33 +859,31 @@ fn parse_server(
             ))
         }
     };
-    for (field, wrong_for) in [
-        ("url", false),
-        ("headers", false),
-        ("oauth", false),
-        ("command", true),
-        ("args", true),
-        ("env", true),
-        ("cwd", true),
-    ] {
-        if entry.contains_key(field) && remote == wrong_for {
-            let (this, other) = if remote {
-                ("a remote server (\"url\")", "local")
-            } else {
-                ("a local server (\"command\")", "remote")
-            };
-            return Err(ctx.field_error(
-                field,
-                format!("belongs to {other} servers, but this is {this}: keep one kind per server"),
-            ));
-        }
+    let local_only = [
+        ("command", raw.command.is_some()),
+        ("args", raw.args.is_some()),
+        ("env", raw.env.is_some()),
+        ("cwd", raw.cwd.is_some()),
+    ];
+    let remote_only = [
+        ("url", raw.url.is_some()),
+        ("headers", raw.headers.is_some()),
+        ("oauth", raw.oauth.is_some()),
+    ];
+    let (misplaced, this, other) = if remote {
+        (&local_only[..], "a remote server (\"url\")", "local")
+    } else {
+        (&remote_only[..], "a local server (\"command\")", "remote")
+    };
+    if let Some((field, _)) = misplaced.iter().find(|(_, given)| *given) {
+        return Err(ctx.field_error(
+            field,
+            format!("belongs to {other} servers, but this is {this}: keep one kind per server"),
+        ));
     }
-    for key in entry
-        .keys()
-        .filter(|k| !KNOWN_FIELDS.contains(&k.as_str()) && !is_comment(k))
-    {
+    for key in raw.other.keys() {
         // A near miss ("arg", "Command", "timeout") would silently drop what the user meant.
-        if let Some(meant) = near_known_field(key) {
+        if let Some(meant) = near(key, server_fields()) {
             return Err(ctx.field_error(
                 key,
                 format!("is not a known field: did you mean \"{meant}\"?"),
@@ -690,21 +892,11 @@ fn parse_server(
         tracing::warn!(
             "{}: server \"{name}\": unknown field \"{key}\" ignored (known fields: {})",
             ctx.path.display(),
-            KNOWN_FIELDS.join(", ")
+            server_fields().collect::<Vec<_>>().join(", ")
         );
     }
 
-    let disabled = match entry.get("disabled") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(ctx.field_error(
-                "disabled",
-                format!("expected true or false, got {}", kind(other)),
-            ))
-        }
-    };
-
+    let disabled = raw.disabled.unwrap_or(false);
     // A disabled server is never started: a variable it names need not be set (it stays as written).
     let substituted = std::cell::RefCell::new(Vec::new());
     let vars = &Vars {
@@ -713,39 +905,15 @@ fn parse_server(
         ..*vars
     };
     let transport = if remote {
-        parse_remote(ctx, entry, vars, transport_type == Some("sse"))?
+        parse_remote(ctx, &raw, vars)?
     } else {
-        parse_stdio(ctx, entry, vars, base_dir)?
+        parse_stdio(ctx, &raw, vars, base_dir)?
     };
 
-    let description = match entry.get("description") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(d)) => d.clone(),
-        Some(other) => {
-            return Err(ctx.field_error(
-                "description",
-                format!("expected a string, got {}", kind(other)),
-            ))
-        }
-    };
-
-    let timeout = match entry.get("timeout_s") {
-        None | Some(Value::Null) => DEFAULT_TIMEOUT,
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(s) if timeout_within(s, MAX_TIMEOUT_S) => Duration::from_secs_f64(s),
-            _ => {
-                return Err(ctx.field_error(
-                    "timeout_s",
-                    format!("expected a positive number of seconds (at most 86400), got {n}"),
-                ))
-            }
-        },
-        Some(other) => {
-            return Err(ctx.field_error(
-                "timeout_s",
-                format!("expected a positive number of seconds, got {}", kind(other)),
-            ))
-        }
+    let timeout = match raw.timeout_s {
+        None => DEFAULT_TIMEOUT,
+        Some(s) if timeout_within(s, MAX_TIMEOUT_S) => Duration::from_secs_f64(s),
+        Some(s) => return Err(ctx.expected("timeout_s", s)),
     };
 
     // What a recording must not hold: every value a ${VAR} was replaced by, and every
@@ -770,110 +938,63 @@ fn parse_server(
         }
         Transport::Unsupported { .. } => {}
     }
-    Ok(ServerConfig {
+    let server = ServerConfig {
         name: name.to_owned(),
         transport,
-        description,
+        description: raw.description.unwrap_or_default(),
         disabled,
         timeout,
         secrets,
-    })
+    };
+    Ok((server, raw.policy))
 }
-
-type Entry = serde_json::Map<String, Value>;
 
 fn parse_stdio(
     ctx: &Ctx,
-    entry: &Entry,
+    raw: &RawServer,
     vars: &Vars,
     base_dir: &Path,
 ) -> Result<Transport, ConfigError> {
-    let command = match entry.get("command") {
-        Some(Value::String(c)) => vars.expand(ctx, "command", c)?,
-        Some(other) => {
-            return Err(
-                ctx.field_error("command", format!("expected a string, got {}", kind(other)))
-            )
-        }
-        None => {
-            return Err(ctx.field_error(
-                "command",
-                "is required: the program that starts the server, e.g. \"npx\"",
-            ))
-        }
+    let Some(command) = &raw.command else {
+        return Err(ctx.field_error(
+            "command",
+            "is required: the program that starts the server, e.g. \"npx\"",
+        ));
     };
+    let command = vars.expand(ctx, "command", command)?;
     if command.trim().is_empty() {
         return Err(ctx.field_error("command", "is empty"));
     }
-
-    let args = match entry.get("args") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => {
-            let mut args = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                let field = format!("args[{i}]");
-                match item {
-                    Value::String(s) => args.push(vars.expand(ctx, &field, s)?),
-                    other => {
-                        return Err(ctx.field_error(
-                            &field,
-                            format!("expected a string, got {}", kind(other)),
-                        ))
-                    }
-                }
+    let args = raw
+        .args
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, arg)| vars.expand(ctx, &format!("args[{i}]"), arg))
+        .collect::<Result<_, _>>()?;
+    let env = raw
+        .env
+        .iter()
+        .flatten()
+        .map(|(key, value)| {
+            let field = format!("env.{key}");
+            if key.is_empty() || key.contains(['=', '\0']) {
+                return Err(ctx.field_error(
+                    &field,
+                    "invalid variable name (empty, or contains '=' or NUL)",
+                ));
             }
-            args
-        }
-        Some(other) => {
-            return Err(ctx.field_error(
-                "args",
-                format!("expected an array of strings, got {}", kind(other)),
-            ))
-        }
-    };
-
-    let mut env = BTreeMap::new();
-    match entry.get("env") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(map)) => {
-            for (key, value) in map {
-                let field = format!("env.{key}");
-                if key.is_empty() || key.contains('=') || key.contains('\0') {
-                    return Err(ctx.field_error(
-                        &field,
-                        "invalid variable name (empty, or contains '=' or NUL)",
-                    ));
-                }
-                let Value::String(value) = value else {
-                    return Err(
-                        ctx.field_error(&field, format!("expected a string, got {}", kind(value)))
-                    );
-                };
-                env.insert(key.clone(), vars.expand(ctx, &field, value)?);
-            }
-        }
-        Some(other) => {
-            return Err(ctx.field_error(
-                "env",
-                format!("expected an object of strings, got {}", kind(other)),
-            ))
-        }
-    }
-
-    let cwd = match entry.get("cwd") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(c)) => {
-            let expanded = vars.expand(ctx, "cwd", c)?;
+            Ok((key.clone(), vars.expand(ctx, &field, value)?))
+        })
+        .collect::<Result<_, _>>()?;
+    let cwd = match &raw.cwd {
+        None => None,
+        Some(cwd) => {
+            let expanded = vars.expand(ctx, "cwd", cwd)?;
             if expanded.is_empty() {
                 return Err(ctx.field_error("cwd", "is empty"));
             }
             Some(base_dir.join(expanded))
-        }
-        Some(other) => {
-            return Err(ctx.field_error(
-                "cwd",
-                format!("expected a string (a directory), got {}", kind(other)),
-            ))
         }
     };
     Ok(Transport::Stdio {
@@ -893,22 +1014,14 @@ const RESERVED_HEADERS: &[&str] = &[
     "mcp-protocol-version",
 ];
 
-fn parse_remote(
-    ctx: &Ctx,
-    entry: &Entry,
-    vars: &Vars,
-    legacy_sse: bool,
-) -> Result<Transport, ConfigError> {
-    let url = match entry.get("url") {
-        Some(Value::String(u)) => vars.expand(ctx, "url", u)?,
-        Some(other) => {
-            return Err(ctx.field_error("url", format!("expected a string, got {}", kind(other))))
-        }
-        None => return Err(ctx.field_error(
+fn parse_remote(ctx: &Ctx, raw: &RawServer, vars: &Vars) -> Result<Transport, ConfigError> {
+    let Some(url) = &raw.url else {
+        return Err(ctx.field_error(
             "url",
             "is required for a remote server: its MCP endpoint, e.g. \"https://example.com/mcp\"",
-        )),
+        ));
     };
+    let url = vars.expand(ctx, "url", url)?;
     let parsed = reqwest::Url::parse(&url)
         .map_err(|e| ctx.field_error("url", format!("is not a valid URL ({e})")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
@@ -920,7 +1033,7 @@ fn parse_remote(
             ),
         ));
     }
-    if legacy_sse {
+    if raw.transport.as_deref() == Some("sse") {
         return Ok(Transport::Unsupported {
             reason:
                 "it uses the legacy HTTP+SSE transport (\"type\": \"sse\"), which mcp-code-mode \
@@ -930,45 +1043,33 @@ fn parse_remote(
         });
     }
 
-    let mut headers = BTreeMap::new();
-    match entry.get("headers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(map)) => {
-            for (key, value) in map {
-                let field = format!("headers.{key}");
-                if http::HeaderName::from_bytes(key.as_bytes()).is_err() {
-                    return Err(ctx.field_error(&field, "is not a valid HTTP header name"));
-                }
-                if RESERVED_HEADERS.contains(&key.to_ascii_lowercase().as_str()) {
-                    return Err(ctx.field_error(
-                        &field,
-                        "is set by the MCP transport itself and cannot be configured",
-                    ));
-                }
-                let Value::String(value) = value else {
-                    return Err(
-                        ctx.field_error(&field, format!("expected a string, got {}", kind(value)))
-                    );
-                };
-                let value = vars.expand(ctx, &field, value)?;
-                if http::HeaderValue::from_str(&value).is_err() {
-                    // Not shown: header values are credentials.
-                    return Err(ctx.field_error(
-                        &field,
-                        "its value (not shown) is not a valid HTTP header value: it has a line break or another control character",
-                    ));
-                }
-                headers.insert(key.clone(), value);
+    let headers = raw.headers.iter().flatten()
+        .map(|(key, value)| {
+            let field = format!("headers.{key}");
+            if http::HeaderName::from_bytes(key.as_bytes()).is_err() {
+                return Err(ctx.field_error(&field, "is not a valid HTTP header name"));
             }
-        }
-        Some(other) => {
-            return Err(ctx.field_error(
-                "headers",
-                format!("expected an object of strings, got {}", kind(other)),
-            ))
-        }
-    }
-    let oauth = parse_oauth(ctx, entry.get("oauth"), vars)?;
+            if RESERVED_HEADERS.contains(&key.to_ascii_lowercase().as_str()) {
+                return Err(ctx.field_error(
+                    &field,
+                    "is set by the MCP transport itself and cannot be configured",
+                ));
+            }
+            let value = vars.expand(ctx, &field, value)?;
+            if http::HeaderValue::from_str(&value).is_err() {
+                // Not shown: header values are credentials.
+                return Err(ctx.field_error(
+                    &field,
+                    "its value (not shown) is not a valid HTTP header value: it has a line break or another control character",
+                ));
+            }
+            Ok((key.clone(), value))
+        })
+        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    let oauth = match &raw.oauth {
+        None => OAuthSettings::default(),
+        Some(Obj(oauth)) => parse_oauth(ctx, oauth, vars)?,
+    };
     if oauth != OAuthSettings::default()
         && headers
             .keys()
@@ -986,80 +1087,30 @@ fn parse_remote(
     }))
 }
 
-const OAUTH_FIELDS: &[&str] = &[
-    "client_id",
-    "client_secret",
-    "scopes",
-    "grant",
-    "redirect_port",
-    "client_metadata_url",
-];
-
-fn parse_oauth(
-    ctx: &Ctx,
-    value: Option<&Value>,
-    vars: &Vars,
-) -> Result<OAuthSettings, ConfigError> {
-    let map = match value {
-        None | Some(Value::Null) => return Ok(OAuthSettings::default()),
-        Some(Value::Object(map)) => map,
-        Some(other) => {
-            return Err(ctx.field_error("oauth", format!("expected an object, got {}", kind(other))))
-        }
-    };
-    if let Some(key) = map
-        .keys()
-        .find(|k| !OAUTH_FIELDS.contains(&k.as_str()) && !is_comment(k))
-    {
-        return Err(ctx.field_error(
-            &format!("oauth.{key}"),
-            format!("is not a known field (known: {})", OAUTH_FIELDS.join(", ")),
-        ));
-    }
-    let string = |key: &str| -> Result<Option<String>, ConfigError> {
+fn parse_oauth(ctx: &Ctx, raw: &RawOAuth, vars: &Vars) -> Result<OAuthSettings, ConfigError> {
+    let string = |key: &str, value: &Option<String>| -> Result<Option<String>, ConfigError> {
+        let Some(value) = value else {
+            return Ok(None);
+        };
         let field = format!("oauth.{key}");
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => {
-                let s = vars.expand(ctx, &field, s)?;
-                if s.is_empty() {
-                    return Err(ctx.field_error(&field, "is empty"));
-                }
-                Ok(Some(s))
+        let value = vars.expand(ctx, &field, value)?;
+        if value.is_empty() {
+            return Err(ctx.field_error(&field, "is empty"));
+        }
+        Ok(Some(value))
+    };
+    let client_id = string("client_id", &raw.client_id)?;
+    let client_secret = string("client_secret", &raw.client_secret)?;
+    let scopes = match &raw.scopes {
+        None => Vec::new(),
+        Some(Scopes(scopes)) => {
+            if let Some(i) = scopes.iter().position(|s| s.trim().is_empty()) {
+                return Err(ctx.field_error(&format!("oauth.scopes[{i}]"), "is empty"));
             }
-            Some(other) => {
-                Err(ctx.field_error(&field, format!("expected a string, got {}", kind(other))))
-            }
+            scopes.iter().map(|s| s.trim().to_owned()).collect()
         }
     };
-    let client_id = string("client_id")?;
-    let client_secret = string("client_secret")?;
-    let scopes = match map.get("scopes") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
-        Some(Value::Array(items)) => {
-            let mut scopes = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                match item {
-                    Value::String(s) if !s.trim().is_empty() => scopes.push(s.trim().to_owned()),
-                    other => {
-                        return Err(ctx.field_error(
-                            &format!("oauth.scopes[{i}]"),
-                            format!("expected a scope name, got {}", kind(other)),
-                        ))
-                    }
-                }
-            }
-            scopes
-        }
-        Some(other) => {
-            return Err(ctx.field_error(
-                "oauth.scopes",
-                format!("expected an array of scope names, got {}", kind(other)),
-            ))
-        }
-    };
-    let client_credentials = match string("grant")?.as_deref() {
+    let client_credentials = match string("grant", &raw.grant)?.as_deref() {
         None | Some("authorization_code") => false,
         Some("client_credentials") => true,
         Some(other) => {
@@ -1078,25 +1129,14 @@ fn parse_oauth(
     if client_secret.is_some() && client_id.is_none() {
         return Err(ctx.field_error("oauth.client_secret", "is set without oauth.client_id"));
     }
-    let redirect_port = match map.get("redirect_port") {
-        None | Some(Value::Null) => 0,
-        Some(Value::Number(n)) => match n.as_u64().and_then(|p| u16::try_from(p).ok()) {
-            Some(port) => port,
-            None => {
-                return Err(ctx.field_error(
-                    "oauth.redirect_port",
-                    format!("expected a port number (0 to 65535), got {n}"),
-                ))
-            }
-        },
-        Some(other) => {
-            return Err(ctx.field_error(
-                "oauth.redirect_port",
-                format!("expected a port number, got {}", kind(other)),
-            ))
-        }
+    let redirect_port = match &raw.redirect_port {
+        None => 0,
+        Some(n) => n
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| ctx.expected("oauth.redirect_port", n))?,
     };
-    let client_metadata_url = string("client_metadata_url")?;
+    let client_metadata_url = string("client_metadata_url", &raw.client_metadata_url)?;
     if let Some(url) = &client_metadata_url {
         let has_path = reqwest::Url::parse(url)
             .is_ok_and(|u| u.scheme() == "https" && u.host().is_some() && u.path() != "/");
@@ -1115,11 +1155,6 @@ fn parse_oauth(
         redirect_port,
         client_metadata_url,
     })
-}
-
-/// JSON has no comments: keys starting with `//` serve as comments and are ignored silently.
-fn is_comment(key: &str) -> bool {
-    key.starts_with("//")
 }
 
 /// Whether `name` is a valid server name: `[A-Za-z0-9_-]{1,64}` (it becomes part of Python names).
@@ -1647,8 +1682,14 @@ mod tests {
         for (bad, says) in [
             (r#"{"wheels": 3}"#, "\"wheels\" must be a directory"),
             (r#"{"preload": "pydantic"}"#, "\"preload\" must be a list"),
-            (r#"{"preload": [1]}"#, "package names (strings)"),
-            (r#"{"wheel": "x"}"#, "unknown field \"wheel\""),
+            (
+                r#"{"preload": [1]}"#,
+                "\"preload[0]\" must be a package name (a string), got a number",
+            ),
+            (
+                r#"{"wheel": "x"}"#,
+                "\"wheel\" is not a known field: did you mean \"wheels\"?",
+            ),
             (r#"["x"]"#, "must be an object"),
         ] {
             let path = d.config(&format!(r#"{{"servers": {{}}, "packages": {bad}}}"#));
@@ -1880,7 +1921,7 @@ mod tests {
             (
                 r#""command": "x", "timeout_s": "5""#,
                 "timeout_s",
-                "expected a positive number of seconds, got a string",
+                "expected a positive number of seconds (at most 86400), got a string",
             ),
             (
                 r#""command": "x", "type": "websocket""#,
@@ -1974,6 +2015,190 @@ mod tests {
         assert_eq!(github.headers["Authorization"], "Bearer ${GITHUB_TOKEN}");
         let linear = remote(&config.servers[3]);
         assert_eq!(linear.oauth.redirect_port, 0);
+    }
+
+    #[test]
+    fn a_wrong_type_deep_in_a_server_names_its_path_and_never_the_value() {
+        let d = Dir::new();
+        let cases = [
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"scopes": ["read", 7]}}"#,
+                "field \"oauth.scopes[1]\": expected a scope name, got a number",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"scopes": 7}}"#,
+                "field \"oauth.scopes\": expected an array of scope names, got a number",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"redirect_port": "8765"}}"#,
+                "field \"oauth.redirect_port\": expected a port number (0 to 65535), got a string",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"client_secret": 12345678}}"#,
+                "field \"oauth.client_secret\": expected a string, got a number",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": ["12345678"]}"#,
+                "field \"oauth\": expected an object, got an array",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"clientid": "x"}}"#,
+                "field \"oauth.clientid\": is not a known field: did you mean \"client_id\"?",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "oauth": {"token": "x"}}"#,
+                "field \"oauth.token\": is not a known field (known: client_id, client_secret",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "headers": {"X-Key": 12345678}}"#,
+                "field \"headers.X-Key\": expected a string, got a number",
+            ),
+            (
+                r#"{"url": "https://e.com/mcp", "headers": {"X-Key": ["12345678"]}}"#,
+                "field \"headers.X-Key\": expected a string, got an array",
+            ),
+            (
+                r#"{"command": "x", "env": {"PIN": 12345678}}"#,
+                "field \"env.PIN\": expected a string, got a number",
+            ),
+            (
+                r#"{"command": "x", "env": "PIN=12345678"}"#,
+                "field \"env\": expected an object of strings, got a string",
+            ),
+            (
+                r#"{"command": "x", "args": ["ok", ["12345678"]]}"#,
+                "field \"args[1]\": expected a string, got an array",
+            ),
+        ];
+        for (entry, expected) in cases {
+            let path = d.config(&format!(r#"{{"servers": {{"r": {entry}}}}}"#));
+            let e = error(&path, &[]);
+            assert!(
+                e.starts_with(&format!("{}: server \"r\": field ", path.display())),
+                "{e}"
+            );
+            assert!(e.contains(expected), "{entry}: {e}");
+            assert!(!e.contains("12345678"), "a value leaked: {e}");
+        }
+    }
+
+    #[test]
+    fn comments_are_ignored_at_any_depth() {
+        let d = Dir::new();
+        let path = d.config(
+            r#"{"//": "top", "servers": {"//": "a note", "a": {
+                "// why": "x", "url": "https://e.com/mcp",
+                "oauth": {"// scopes": "read only", "scopes": "read"},
+                "policy": {"//": "read-only tools", "read_*": "allow"}
+            }}, "data": {"// inline": "8 KiB", "inline_bytes": 8192},
+               "sessions": {"//": 1, "max": 2}, "packages": {"//": "none"}}"#,
+        );
+        let config = load_in(&path, &[]).expect("loads");
+        assert_eq!(remote(&config.servers[0]).oauth.scopes, ["read"]);
+        assert_eq!(config.approvals.servers["a"].len(), 1);
+        assert_eq!(config.data.inline_bytes, Some(8192));
+        assert_eq!(config.sessions.max, Some(2));
+    }
+
+    #[test]
+    fn data_and_sessions_check_their_types_ranges_and_keys() {
+        let d = Dir::new();
+        let path = d.config(
+            r#"{"servers": {}, "data": {"max_file_bytes": 10, "keep_runs_s": 1.5, "keep_runs_mb": 3},
+                "sessions": {"max": 2, "idle_s": 30, "memory_mb": 256}}"#,
+        );
+        let c = load_in(&path, &[]).expect("loads");
+        assert_eq!(
+            c.data,
+            DataSettings {
+                max_file_bytes: Some(10),
+                keep_runs_s: Some(1.5),
+                keep_runs_mb: Some(3),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            c.sessions,
+            SessionSettings {
+                max: Some(2),
+                idle_s: Some(30.0),
+                memory_mb: Some(256)
+            }
+        );
+        for (setting, says) in [
+            (
+                r#""data": {"max_file_bytes": 1.5}"#,
+                r#""data": "max_file_bytes" must be a whole number above 0, got 1.5"#,
+            ),
+            (
+                r#""data": {"inline_bytes": 0}"#,
+                r#""data": "inline_bytes" must be a whole number above 0, got 0"#,
+            ),
+            (
+                r#""data": {"keep_runs_s": "1h"}"#,
+                r#""data": "keep_runs_s" must be a number of seconds above 0, got a string"#,
+            ),
+            (
+                r#""data": {"max_file_byte": 1}"#,
+                r#""data": "max_file_byte" is not a known field: did you mean "max_file_bytes"?"#,
+            ),
+            (
+                r#""data": [8388608]"#,
+                r#""data" must be an object such as {"max_file_bytes": 8388608"#,
+            ),
+            (
+                r#""sessions": {"max": 0}"#,
+                r#""sessions": "max" must be a whole number of at least 1, got 0"#,
+            ),
+            (
+                r#""sessions": {"idle_s": 86401}"#,
+                r#""sessions": "idle_s" must be seconds, more than 0 and at most 86400, got 86401"#,
+            ),
+            (
+                r#""sessions": {"memory_mb": 64}"#,
+                &format!(
+                    r#""sessions": "memory_mb" must be MiB from {} to {}, got 64"#,
+                    SESSION_MEMORY_MB.start(),
+                    SESSION_MEMORY_MB.end()
+                ),
+            ),
+            (
+                r#""sessions": {"idle": 5}"#,
+                r#""sessions": "idle" is not a known field: did you mean "idle_s"?"#,
+            ),
+            (
+                r#""sessions": "many""#,
+                r#""sessions" must be an object {"max": N"#,
+            ),
+        ] {
+            let path = d.config(&format!(r#"{{"servers": {{}}, {setting}}}"#));
+            let e = error(&path, &[]);
+            assert!(
+                e.starts_with(&format!("{}: ", path.display())) && e.contains(says),
+                "{setting}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_tables_name_the_fields_serde_reads() {
+        // Each server field the messages (and "did you mean") know is one RawServer reads.
+        for field in server_fields() {
+            let entry = serde_json::json!({ field: null });
+            let raw: RawServer =
+                typed(&entry, SERVER_FIELDS).unwrap_or_else(|m| panic!("{field}: {}", m.problem));
+            assert!(raw.other.is_empty(), "{field} is not a field of RawServer");
+        }
+        let data = Value::Object(
+            DATA_KEYS
+                .map(|k| (k.to_owned(), 1.into()))
+                .into_iter()
+                .collect(),
+        );
+        let raw: RawData = typed(&data, FILE_FIELDS)
+            .ok()
+            .expect("DATA_KEYS are RawData's");
+        assert!(raw.max_file_bytes.is_some() && raw.keep_runs_mb.is_some());
     }
 
     #[test]
