@@ -5,7 +5,7 @@
 //! It boots with the sandbox core (crates/sandbox, an ordinary build-dependency), so the snapshot
 //! is made by exactly the code that restores it.
 
-use mcp_code_mode_sandbox::{assets, engine};
+use mcp_code_mode_sandbox::{assets, engine, Chain};
 use std::{fs, path::Path};
 
 /// Set on this script's own child process, which makes the zygote's compiled code (see
@@ -34,7 +34,7 @@ fn main() {
         .expect("tokio runtime");
     let snapshot = runtime
         .block_on(engine::make_snapshot())
-        .unwrap_or_else(|e| panic!("could not make the Pyodide memory snapshot: {e}"));
+        .unwrap_or_else(|e| panic!("could not make the Pyodide memory snapshot: {}", Chain(&e)));
     let compressed = assets::pack_snapshot(&snapshot);
     fs::write(&out, &compressed).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
     let snapshot_len = snapshot.len();
@@ -55,7 +55,7 @@ fn bytecode(runtime: &tokio::runtime::Runtime, snapshot: Vec<u8>) {
     let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).to_path_buf();
     let zips = runtime
         .block_on(engine::make_bytecode(Some(std::sync::Arc::new(snapshot))))
-        .unwrap_or_else(|e| panic!("could not compile the wheelhouse's bytecode: {e}"));
+        .unwrap_or_else(|e| panic!("could not compile the wheelhouse's bytecode: {}", Chain(&e)));
     let dir = out.join("bytecode");
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot make {}: {e}", dir.display()));
     let mut code = String::from("&[\n");
@@ -94,7 +94,7 @@ fn compiled_code_step(snapshot_path: &Path) {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", snapshot_path.display()));
     let snapshot = assets::unpack_snapshot(&packed).unwrap_or_else(|e| panic!("{e}"));
     let code = engine::zygote::make_compiled_code(std::sync::Arc::new(snapshot))
-        .unwrap_or_else(|e| panic!("could not make the zygote's compiled code: {e}"));
+        .unwrap_or_else(|e| panic!("could not make the zygote's compiled code: {}", Chain(&e)));
     for (name, bytes) in [("pyodide.wasm-code", code.wasm), ("boot.js-code", code.js)] {
         let out = snapshot_path.with_file_name(name);
         fs::write(&out, bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));

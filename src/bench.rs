@@ -1497,13 +1497,13 @@ async fn packages_section(quick: bool) {
                             {
                                 Ok(sandbox) => sandbox.execute(job).await,
                                 Err(e) => {
-                                    failure = Some(format!("{e}"));
+                                    failure = Some(crate::text::Chain(&e).to_string());
                                     break 'samples;
                                 }
                             }
                         }
                         ("fork", Err(e)) => {
-                            failure = Some(format!("{e}"));
+                            failure = Some(format!("{e:#}"));
                             break 'samples;
                         }
                         _ => match Sandbox::new(SandboxConfig::new(
@@ -1514,7 +1514,7 @@ async fn packages_section(quick: bool) {
                         {
                             Ok(sandbox) => sandbox.execute(job).await,
                             Err(e) => {
-                                failure = Some(format!("{e}"));
+                                failure = Some(crate::text::Chain(&e).to_string());
                                 break 'samples;
                             }
                         },

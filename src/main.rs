@@ -770,14 +770,18 @@ async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
             config::DEFAULT_PATH
         );
     };
-    let server = Hub::remote_server(&config, &args.server).map_err(anyhow::Error::msg)?;
+    let server = Hub::remote_server(&config, &args.server)?;
     match Hub::login(server).await {
         Ok(done) => {
             eprintln!("mcp-code-mode: {done}");
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("mcp-code-mode: cannot sign in to '{}': {e}", args.server);
+            eprintln!(
+                "mcp-code-mode: cannot sign in to '{}': {}",
+                args.server,
+                mcp_code_mode::hub::error_words(&e)
+            );
             Ok(ExitCode::from(1))
         }
     }

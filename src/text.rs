@@ -1,5 +1,8 @@
 //! text — the one way a long string is shortened for a person to read (a log line, an error, a
-//! table cell, a tool's summary): at most so many characters, then "…".
+//! table cell, a tool's summary): at most so many characters, then "…"; and an error with its
+//! causes as one line ([`Chain`]).
+
+pub use mcp_code_mode_sandbox::Chain;
 
 /// `text` if it has at most `most` characters, else its first `most` characters and "…".
 pub fn shorten(text: &str, most: usize) -> String {

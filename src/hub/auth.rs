@@ -22,9 +22,62 @@ use tokio::sync::mpsc;
 /// How long a sign-in may wait for the person to finish it in their browser.
 pub(crate) const SIGN_IN_WAIT: Duration = Duration::from_secs(300);
 
+/// Why OAuth gave a remote server no token. rmcp's errors are kept as the sources: they carry
+/// none of our tokens, and where they are shown (`hub::error_words`) an authorization server's
+/// own words among them are cut short and URLs lose their query. They are boxed (a URL makes
+/// them ~110 bytes), as every start's result carries this.
+#[derive(Debug, thiserror::Error)]
+pub enum OAuthError {
+    #[error("there is no folder to keep OAuth tokens in: set HOME or XDG_CONFIG_HOME")]
+    NoTokenFolder,
+    /// The server's token file could not be read (rmcp's store error names the file and why).
+    #[error("the saved OAuth tokens cannot be read")]
+    TokenStore(#[source] Box<AuthError>),
+    #[error("oauth.grant \"client_credentials\" needs a client_id and client_secret")]
+    ClientCredentialsIncomplete,
+    /// Discovery (the server's protected-resource and authorization-server metadata) failed.
+    #[error("cannot start OAuth")]
+    Discovery(#[source] Box<AuthError>),
+    #[error("the client-credentials grant failed")]
+    ClientCredentials(#[source] Box<AuthError>),
+    #[error("the client-credentials grant gave no token")]
+    NoGrantToken,
+    #[error("cannot listen on 127.0.0.1:{port} for the sign-in's redirect")]
+    Listen {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot begin the OAuth sign-in")]
+    Begin(#[source] Box<AuthError>),
+    /// The authorization server sent the browser back with an error: its words, cleaned of
+    /// control characters and cut short.
+    #[error("the authorization server refused the sign-in ({error}{})", then_colon(.description))]
+    Refused { error: String, description: String },
+    #[error("the sign-in listener stopped")]
+    ListenerStopped,
+    #[error(
+        "nobody finished signing in within {} min: run `mcp-code-mode login {server}` when you can",
+        .waited.as_secs() / 60
+    )]
+    NotFinished { server: String, waited: Duration },
+    #[error("the sign-in could not be completed")]
+    Callback(#[source] Box<AuthError>),
+    #[error("the sign-in ended without a token")]
+    NoToken,
+}
+
+fn then_colon(words: &str) -> String {
+    if words.is_empty() {
+        String::new()
+    } else {
+        format!(": {words}")
+    }
+}
+
 /// The folder token files live in: `$XDG_CONFIG_HOME/mcp-code-mode/oauth`, else
 /// `~/.config/mcp-code-mode/oauth`.
-pub(crate) fn token_dir() -> Result<PathBuf, String> {
+pub(crate) fn token_dir() -> Result<PathBuf, OAuthError> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -33,7 +86,7 @@ pub(crate) fn token_dir() -> Result<PathBuf, String> {
                 .filter(|v| !v.is_empty())
                 .map(|home| PathBuf::from(home).join(".config"))
         })
-        .ok_or("there is no folder to keep OAuth tokens in: set HOME or XDG_CONFIG_HOME")?;
+        .ok_or(OAuthError::NoTokenFolder)?;
     Ok(base.join("mcp-code-mode").join("oauth"))
 }
 
@@ -45,7 +98,7 @@ pub(crate) struct TokenFile {
 }
 
 impl TokenFile {
-    pub fn for_server(name: &str, url: &str) -> Result<Self, String> {
+    pub fn for_server(name: &str, url: &str) -> Result<Self, OAuthError> {
         use sha2::Digest;
         let digest = sha2::Sha256::digest(url.as_bytes());
         let tag: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
@@ -115,16 +168,13 @@ impl CredentialStore for TokenFile {
     }
 }
 
-/// What rmcp's OAuth errors say, without anything secret (they carry none of our tokens; an
-/// authorization server's own error text is kept, cut short).
-fn describe(e: &AuthError) -> String {
-    crate::text::shorten(&e.to_string(), 400)
-}
-
-async fn unauthorized(server: &HttpServer, http: &reqwest::Client) -> Result<OAuthState, String> {
+async fn unauthorized(
+    server: &HttpServer,
+    http: &reqwest::Client,
+) -> Result<OAuthState, OAuthError> {
     OAuthState::new(server.url.as_str(), Some(http.clone()))
         .await
-        .map_err(|e| format!("cannot start OAuth: {}", describe(&e)))
+        .map_err(|e| OAuthError::Discovery(e.into()))
 }
 
 /// A token that needs no person: the client-credentials grant when configured, else tokens kept
@@ -133,14 +183,12 @@ pub(crate) async fn without_person(
     name: &str,
     server: &HttpServer,
     http: &reqwest::Client,
-) -> Result<Option<AuthorizationManager>, String> {
+) -> Result<Option<AuthorizationManager>, OAuthError> {
     let oauth = &server.oauth;
     if oauth.client_credentials {
         let (Some(client_id), Some(client_secret)) = (&oauth.client_id, &oauth.client_secret)
         else {
-            return Err(
-                "oauth.grant \"client_credentials\" needs a client_id and client_secret".into(),
-            );
+            return Err(OAuthError::ClientCredentialsIncomplete);
         };
         let mut state = unauthorized(server, http).await?;
         state
@@ -151,14 +199,14 @@ pub(crate) async fn without_person(
                 resource: Some(server.url.clone()),
             })
             .await
-            .map_err(|e| format!("the client-credentials grant failed: {}", describe(&e)))?;
+            .map_err(|e| OAuthError::ClientCredentials(e.into()))?;
         return Ok(state.into_authorization_manager());
     }
     let store = TokenFile::for_server(name, &server.url)?;
     if store
         .load()
         .await
-        .map_err(|e| describe(&e))?
+        .map_err(|e| OAuthError::TokenStore(e.into()))?
         .is_none_or(|stored| stored.token_response.is_none())
     {
         return Ok(None);
@@ -173,7 +221,7 @@ pub(crate) async fn without_person(
         Err(e) => {
             tracing::warn!(
                 "MCP server '{name}': the saved OAuth tokens cannot be used ({}); signing in again",
-                describe(&e)
+                super::error_words(&e)
             );
             Ok(None)
         }
@@ -188,18 +236,17 @@ pub(crate) async fn sign_in(
     server: &HttpServer,
     challenge: Option<&str>,
     http: &reqwest::Client,
-) -> Result<AuthorizationManager, String> {
+) -> Result<AuthorizationManager, OAuthError> {
     let store = TokenFile::for_server(name, &server.url)?;
     let oauth = &server.oauth;
+    let listen = |source| OAuthError::Listen {
+        port: oauth.redirect_port,
+        source,
+    };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", oauth.redirect_port))
         .await
-        .map_err(|e| {
-            format!(
-                "cannot listen on 127.0.0.1:{} for the sign-in's redirect: {e}",
-                oauth.redirect_port
-            )
-        })?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        .map_err(listen)?;
+    let port = listener.local_addr().map_err(listen)?.port();
     let redirect = format!("http://127.0.0.1:{port}/callback");
     let mut state = unauthorized(server, http).await?;
     if let OAuthState::Unauthorized(manager) = &mut state {
@@ -225,20 +272,20 @@ pub(crate) async fn sign_in(
     state
         .start_authorization(request)
         .await
-        .map_err(|e| format!("cannot begin the OAuth sign-in: {}", describe(&e)))?;
+        .map_err(|e| OAuthError::Begin(e.into()))?;
     let address = state
         .get_authorization_url()
         .await
-        .map_err(|e| describe(&e))?;
+        .map_err(|e| OAuthError::Begin(e.into()))?;
     announce(name, &address);
-    let callback = wait_for_redirect(listener, name, SIGN_IN_WAIT).await?;
+    let callback = wait_for_redirect(listener, port, name, SIGN_IN_WAIT).await?;
     state
         .handle_callback_url(&callback)
         .await
-        .map_err(|e| format!("the sign-in could not be completed: {}", describe(&e)))?;
+        .map_err(|e| OAuthError::Callback(e.into()))?;
     let manager = state
         .into_authorization_manager()
-        .ok_or("the sign-in ended without a token")?;
+        .ok_or(OAuthError::NoToken)?;
     tracing::info!(
         "MCP server '{name}': signed in; tokens kept in {}",
         store.path().display()
@@ -282,18 +329,18 @@ fn announce(name: &str, address: &str) {
     }
 }
 
-/// Serves the loopback address the authorization server sends the browser back to, until one
-/// redirect arrives (its whole URL) or `wait` passes.
+/// Serves the loopback address the authorization server sends the browser back to (`listener`,
+/// on `port`), until one redirect arrives (its whole URL) or `wait` passes.
 async fn wait_for_redirect(
     listener: tokio::net::TcpListener,
+    port: u16,
     name: &str,
     wait: Duration,
-) -> Result<String, String> {
+) -> Result<String, OAuthError> {
     use axum::extract::State;
-    let (tx, mut rx) = mpsc::channel::<Result<String, String>>(1);
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let (tx, mut rx) = mpsc::channel::<Result<String, OAuthError>>(1);
     let server_name = name.to_owned();
-    let page = move |State(tx): State<mpsc::Sender<Result<String, String>>>,
+    let page = move |State(tx): State<mpsc::Sender<Result<String, OAuthError>>>,
                      uri: axum::http::Uri| {
         let name = server_name.clone();
         async move {
@@ -311,14 +358,10 @@ async fn wait_for_redirect(
                     let why = get("error_description").unwrap_or_default();
                     (
                         format!("Signing in to {name} was refused: {error} {why}"),
-                        Err(format!(
-                            "the authorization server refused the sign-in ({error}{})",
-                            if why.is_empty() {
-                                String::new()
-                            } else {
-                                format!(": {why}")
-                            }
-                        )),
+                        Err(OAuthError::Refused {
+                            error,
+                            description: why,
+                        }),
                     )
                 }
                 (Some(_), None) => (
@@ -353,11 +396,11 @@ async fn wait_for_redirect(
     let _ = tokio::time::timeout(Duration::from_secs(2), served).await;
     match outcome {
         Ok(Some(result)) => result,
-        Ok(None) => Err("the sign-in listener stopped".into()),
-        Err(_) => Err(format!(
-            "nobody finished signing in within {} min: run `mcp-code-mode login {name}` when you can",
-            wait.as_secs() / 60
-        )),
+        Ok(None) => Err(OAuthError::ListenerStopped),
+        Err(_) => Err(OAuthError::NotFinished {
+            server: name.to_owned(),
+            waited: wait,
+        }),
     }
 }
 
@@ -377,4 +420,44 @@ fn escape_html(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_refused_or_unfinished_sign_in_is_told_by_its_kind() {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let waiting = tokio::spawn(async move {
+            wait_for_redirect(listener, port, "s", Duration::from_secs(20)).await
+        });
+        // The authorization server sends the browser back with its refusal.
+        let mut browser = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let request = "GET /callback?error=access_denied&error_description=not%20you HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        browser.write_all(request.as_bytes()).await.unwrap();
+        let refused = waiting.await.unwrap().err();
+        assert!(
+            matches!(&refused, Some(OAuthError::Refused { error, description }) if error == "access_denied" && description == "not you"),
+            "{refused:?}"
+        );
+
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let nobody = wait_for_redirect(listener, port, "s", Duration::from_millis(50))
+            .await
+            .err();
+        assert!(
+            matches!(&nobody, Some(OAuthError::NotFinished { server, .. }) if server == "s"),
+            "{nobody:?}"
+        );
+    }
 }

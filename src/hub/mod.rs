@@ -33,7 +33,49 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::task::AbortOnDropHandle;
 
+pub use auth::OAuthError;
+pub use remote::HeaderError;
+pub use server::{ConnectError, InitError, StartError};
 pub use shape::shape_result;
+
+/// Longest a hub error's words may be where a person reads them (see [`error_words`]).
+const MAX_ERROR_WORDS: usize = 1000;
+
+/// A hub error with its causes, as a person reads it (`what: why: why`): cut short, since causes
+/// may hold a downstream or authorization server's own words at any length, and every URL in
+/// them without its query or user info (reqwest's errors name the URL, key and all).
+pub fn error_words(error: &(dyn std::error::Error + 'static)) -> String {
+    let words = remote::strip_urls(&crate::text::Chain(error).to_string());
+    crate::text::shorten(&words, MAX_ERROR_WORDS)
+}
+
+/// Why `mcp-code-mode login` could not sign in to a server.
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    /// The config has no server of that name; `hint` suggests the closest, or names them all.
+    #[error("{} has no server \"{name}\"{hint}", .config.display())]
+    NoSuchServer {
+        config: PathBuf,
+        name: String,
+        hint: String,
+    },
+    #[error("'{0}' is not a remote server (it has no \"url\"): there is nothing to sign in to")]
+    NotRemote(String),
+    #[error("cannot make an HTTP client")]
+    HttpClient(#[source] reqwest::Error),
+    #[error(transparent)]
+    OAuth(#[from] OAuthError),
+    /// Asked without a token, the server failed otherwise than by asking for one.
+    #[error(transparent)]
+    Connect(ConnectError),
+    /// Signed in (`how` says so), but connecting with the token failed.
+    #[error("{how}, but then")]
+    AfterSignIn {
+        how: String,
+        #[source]
+        cause: ConnectError,
+    },
+}
 
 /// The downstream servers and their clients.
 pub struct Hub {
@@ -110,32 +152,34 @@ impl Hub {
         })
     }
 
-    /// The remote server `name` of `config`, for `mcp-code-mode login`; `Err` names what is
+    /// The remote server `name` of `config`, for `mcp-code-mode login`; `Err` says what is
     /// wrong (an unknown name suggests the closest; a local server has nothing to sign in to).
-    pub fn remote_server<'a>(config: &'a Config, name: &str) -> Result<&'a ServerConfig, String> {
+    pub fn remote_server<'a>(
+        config: &'a Config,
+        name: &str,
+    ) -> Result<&'a ServerConfig, LoginError> {
         let Some(server) = config.servers.iter().find(|s| s.name == name) else {
             let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
             let hint = match crate::suggest::did_you_mean(name, names.iter().copied(), 1)[..] {
                 [close] => format!(": did you mean \"{close}\"?"),
                 _ => format!(" (its servers: {})", names.join(", ")),
             };
-            return Err(format!(
-                "{} has no server \"{name}\"{hint}",
-                config.path.display()
-            ));
+            return Err(LoginError::NoSuchServer {
+                config: config.path.clone(),
+                name: name.to_owned(),
+                hint,
+            });
         };
         match &server.transport {
             Transport::Http(_) => Ok(server),
-            _ => Err(format!(
-                "'{name}' is not a remote server (it has no \"url\"): there is nothing to sign in to"
-            )),
+            _ => Err(LoginError::NotRemote(name.to_owned())),
         }
     }
 
     /// Signs in to the remote `server` ahead of time (`mcp-code-mode login`), so `serve` and
     /// `run` find its tokens; for a client-credentials server, checks the grant. Says what it
     /// did, or why it failed.
-    pub async fn login(server: &ServerConfig) -> Result<String, String> {
+    pub async fn login(server: &ServerConfig) -> Result<String, LoginError> {
         server::login(server).await
     }
 
@@ -541,5 +585,19 @@ fn unknown_tool(server: &str, tool: &str, live: &Live) -> String {
         )
     } else {
         format!("MCP server '{server}' has no tool '{tool}'; its tools: {list}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A config file of `servers`, read by the config's own loader (so these tests do not
+    /// depend on how a `ServerConfig` is built); the folder holds the file.
+    pub(super) fn config(servers: serde_json::Value) -> (tempfile::TempDir, crate::config::Config) {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let path = dir.path().join("servers.json");
+        let text = serde_json::json!({ "servers": servers }).to_string();
+        std::fs::write(&path, text).expect("the config is written");
+        let config = crate::config::load_with_env(&path, &|_| None).expect("a valid config");
+        (dir, config)
     }
 }

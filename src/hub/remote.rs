@@ -62,7 +62,7 @@ fn install_tls_provider() {
 
 /// The HTTP client for one server: `call_timeout` is the server's `timeout_s`, which a quiet
 /// response stream may last (plus a margin) before it counts as stalled.
-pub(crate) fn http_client(call_timeout: Duration) -> Result<reqwest::Client, String> {
+pub(crate) fn http_client(call_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
     install_tls_provider();
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
@@ -71,20 +71,39 @@ pub(crate) fn http_client(call_timeout: Duration) -> Result<reqwest::Client, Str
         .pool_max_idle_per_host(0)
         .user_agent(concat!("mcp-code-mode/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| format!("cannot make an HTTP client: {e}"))
+}
+
+/// A configured header that cannot be sent (the config checks them first): named, never its
+/// value (nor are the sources, http's errors, about the value's bytes).
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header \"{name}\" is not a valid header name")]
+    Name {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderName,
+    },
+    #[error("header \"{name}\" has a value that is not a valid header value")]
+    Value {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
 }
 
 /// rmcp's transport settings for `server`: its headers, our limits and reconnect policy.
 pub(crate) fn transport_config(
     server: &HttpServer,
-) -> Result<StreamableHttpClientTransportConfig, String> {
+) -> Result<StreamableHttpClientTransportConfig, HeaderError> {
     let mut headers = HashMap::new();
     for (name, value) in &server.headers {
-        // The config checked both; an error here names the header, never its value.
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("header \"{name}\" is not a valid header name"))?;
-        let mut value = HeaderValue::from_str(value).map_err(|_| {
-            format!("header \"{name}\" has a value that is not a valid header value")
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|source| HeaderError::Name {
+            name: name.clone(),
+            source,
+        })?;
+        let mut value = HeaderValue::from_str(value).map_err(|source| HeaderError::Value {
+            name: name.to_string(),
+            source,
         })?;
         value.set_sensitive(true);
         headers.insert(name, value);
@@ -444,9 +463,43 @@ fn last_words(text: &str) -> String {
 }
 
 /// reqwest names the URL it was sending to, query and all: replaced by what [`shown_url`] shows.
-fn strip_urls(text: &str) -> String {
+pub(crate) fn strip_urls(text: &str) -> String {
     static URL: std::sync::LazyLock<regex::Regex> =
         std::sync::LazyLock::new(|| regex::Regex::new(r"https?://[^\s)]+").expect("a valid regex"));
     URL.replace_all(text, |c: &regex::Captures| shown_url(&c[0]))
         .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Transport;
+
+    #[test]
+    fn a_header_that_cannot_be_sent_is_told_by_its_part_never_its_value() {
+        let (_dir, config) = crate::hub::tests::config(
+            serde_json::json!({"remote": {"url": "http://127.0.0.1:9/mcp"}}),
+        );
+        let Transport::Http(server) = &config.servers[0].transport else {
+            unreachable!("a remote server")
+        };
+        let mut bad_name = server.clone();
+        bad_name.headers.insert("bad name".into(), "sekrit".into());
+        let named = transport_config(&bad_name).err();
+        assert!(
+            matches!(&named, Some(HeaderError::Name { name, .. }) if name == "bad name"),
+            "{named:?}"
+        );
+        let mut bad_value = server.clone();
+        bad_value
+            .headers
+            .insert("Authorization".into(), "Bearer sekrit\n".into());
+        let valued = transport_config(&bad_value).err();
+        assert!(
+            matches!(&valued, Some(HeaderError::Value { name, .. }) if name.eq_ignore_ascii_case("authorization")),
+            "{valued:?}"
+        );
+        let words = crate::hub::error_words(&valued.unwrap());
+        assert!(!words.contains("sekrit"), "{words}");
+    }
 }

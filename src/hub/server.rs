@@ -8,7 +8,10 @@
 //! spawn until the whole group is killed, so shutdown (and `Drop`) can kill what the server itself
 //! started (e.g. `npx` → `node`).
 
+use super::auth::OAuthError;
+use super::remote::HeaderError;
 use super::shape::{printable, tool_specs};
+use super::LoginError;
 use crate::bridge::ToolSpec;
 use crate::config::{HttpServer, ServerConfig, Transport};
 use futures::future::{Fuse, FusedFuture, FutureExt};
@@ -20,6 +23,7 @@ use rmcp::transport::auth::AuthClient;
 use rmcp::ClientHandler;
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -287,7 +291,7 @@ pub(crate) async fn supervise(slot: Arc<Slot>, shared: Arc<Shared>) {
                     }
                 }
             }
-            Err(reason) => reason,
+            Err(failure) => failure.status(),
         };
         // Reasons are verb phrases ("exited with status 1"): messages read "it exited ...".
         let reason = format!("it {reason}");
@@ -542,9 +546,184 @@ impl ClientHandler for HubClient {
     }
 }
 
+/// Why a server did not start. Its words follow "it" in the server's status ("it failed to start:
+/// ..."), with its causes and what its process left (see [`StartError::status`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The config names a transport there is no client for (the config's words say which).
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("failed to start: its working directory {} does not exist (\"cwd\" in the config)", .0.display())]
+    NoWorkingDir(PathBuf),
+    #[error(
+        "failed to start: command '{0}' was not found (check \"command\" in the config and PATH)"
+    )]
+    CommandNotFound(String),
+    #[error("failed to start: command '{0}' is not executable (permission denied)")]
+    NotExecutable(String),
+    /// The system would not run the command for another reason.
+    #[error("failed to start: cannot run '{command}'")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to start: its stdio pipes were not created")]
+    NoPipes,
+    /// The process started but did not become a working MCP server. How it ended (a verb
+    /// phrase, "exited with status 1") and its last stderr lines, which usually say why, are
+    /// told after the cause.
+    #[error("failed to start")]
+    Init {
+        #[source]
+        cause: InitError,
+        exit: Option<String>,
+        stderr: Option<String>,
+    },
+    #[error("failed to start: cannot make an HTTP client")]
+    HttpClient(#[source] reqwest::Error),
+    /// No token could be had without a person: the client-credentials grant, the token file.
+    #[error("failed to start")]
+    OAuth(#[source] OAuthError),
+    /// Signing a person in did not succeed; `before` is why the connection that asked for it
+    /// failed.
+    #[error("failed to start: {}signing in with OAuth did not succeed", .before.as_ref().map(|b| format!("{b}; ")).unwrap_or_default())]
+    SignIn {
+        before: Option<ConnectError>,
+        #[source]
+        source: OAuthError,
+    },
+    /// Connecting failed (after a sign-in, when `after_sign_in`).
+    #[error("failed to start{}", signed_in_words(*.after_sign_in))]
+    Connect {
+        #[source]
+        cause: ConnectError,
+        after_sign_in: bool,
+    },
+    /// The token lacks a scope the server wants, and a sign-in for that scope was had already.
+    #[error("failed to start{}: {cause} (signing in again for that scope was tried and did not help)", signed_in_words(*.after_sign_in))]
+    ScopeNotGranted {
+        cause: ConnectError,
+        after_sign_in: bool,
+    },
+}
+
+fn signed_in_words(after: bool) -> &'static str {
+    if after {
+        " after signing in"
+    } else {
+        ""
+    }
+}
+
+impl StartError {
+    /// What the server's status says after "it": the error and its causes (see
+    /// [`super::error_words`]), then how its process ended and its last stderr lines.
+    pub fn status(&self) -> String {
+        let mut words = super::error_words(self);
+        if let StartError::Init { exit, stderr, .. } = self {
+            if let Some(exit) = exit {
+                words.push_str(&format!("; it {exit}"));
+            }
+            if let Some(tail) = stderr {
+                words.push_str(&format!(" (its last stderr: {tail})"));
+            }
+        }
+        words
+    }
+}
+
+/// Why a local server's process, once running, did not become a working MCP server. rmcp's
+/// errors are boxed: one may hold a whole server message.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("the MCP handshake failed")]
+    Handshake(#[source] Box<rmcp::service::ClientInitializeError>),
+    #[error("listing its tools failed")]
+    ListTools(#[source] Box<rmcp::ServiceError>),
+    /// It ended before it was ready ("exited with status 1").
+    #[error("{0} during initialization")]
+    Exited(String),
+    #[error("did not finish initializing within {}", seconds(*.0))]
+    Timeout(Duration),
+}
+
+/// Why connecting to a remote server failed. rmcp's error is not kept as a source: its words
+/// name the URL it was sending to, query (a key) and all; `message` is drawn from its chain by
+/// [`super::remote::describe_failure`], which names the cause and shows URLs without a query.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    /// The connection or the MCP handshake failed.
+    #[error("{message}")]
+    Handshake {
+        message: String,
+        /// It answered 401: a token would help.
+        auth_required: bool,
+        /// Its `WWW-Authenticate`, where OAuth discovery starts.
+        challenge: Option<String>,
+    },
+    /// Connected, but listing its tools failed.
+    #[error("listing its tools failed: {message}")]
+    ListTools {
+        message: String,
+        auth_required: bool,
+        challenge: Option<String>,
+    },
+    /// `url` is shown without its query.
+    #[error("{url} did not finish initializing within {}", seconds(*.after))]
+    Timeout { url: String, after: Duration },
+}
+
+impl ConnectError {
+    fn of(
+        name: &str,
+        server: &HttpServer,
+        e: &(dyn std::error::Error + 'static),
+        auth_required: bool,
+        challenge: Option<&str>,
+        listing: bool,
+    ) -> Self {
+        let message = super::remote::describe_failure(name, server, e, auth_required);
+        let challenge = challenge.map(str::to_owned);
+        if listing {
+            ConnectError::ListTools {
+                message,
+                auth_required,
+                challenge,
+            }
+        } else {
+            ConnectError::Handshake {
+                message,
+                auth_required,
+                challenge,
+            }
+        }
+    }
+
+    /// It answered 401: a token would help.
+    pub fn auth_required(&self) -> bool {
+        match self {
+            ConnectError::Handshake { auth_required, .. }
+            | ConnectError::ListTools { auth_required, .. } => *auth_required,
+            ConnectError::Header(_) | ConnectError::Timeout { .. } => false,
+        }
+    }
+
+    /// Its `WWW-Authenticate`, where OAuth discovery starts.
+    pub fn challenge(&self) -> Option<&str> {
+        match self {
+            ConnectError::Handshake { challenge, .. }
+            | ConnectError::ListTools { challenge, .. } => challenge.as_deref(),
+            ConnectError::Header(_) | ConnectError::Timeout { .. } => None,
+        }
+    }
+}
+
 /// Connects (spawning the process of a local server) and lists the tools, within
 /// [`INIT_TIMEOUT`].
-async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
+async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, StartError> {
     match &slot.config.transport {
         Transport::Stdio {
             command,
@@ -563,11 +742,11 @@ async fn start(slot: &Slot, shared: &Arc<Shared>) -> Result<Instance, String> {
             start_local(slot, spawned).await
         }
         Transport::Http(server) => start_remote(slot, server).await,
-        Transport::Unsupported { reason } => Err(reason.clone()),
+        Transport::Unsupported { reason } => Err(StartError::Unsupported(reason.clone())),
     }
 }
 
-async fn start_local(slot: &Slot, spawned: Spawned) -> Result<Instance, String> {
+async fn start_local(slot: &Slot, spawned: Spawned) -> Result<Instance, StartError> {
     let (mut process, stdout, stdin, pid) = spawned;
     let connection = CancellationToken::new();
     let handler = HubClient {
@@ -578,60 +757,60 @@ async fn start_local(slot: &Slot, spawned: Spawned) -> Result<Instance, String> 
         let service = handler
             .serve_with_ct(guarded, connection.clone())
             .await
-            .map_err(|e| format!("the MCP handshake failed: {e}"))?;
+            .map_err(|e| InitError::Handshake(e.into()))?;
         let tools = service
             .peer()
             .list_all_tools()
             .await
-            .map_err(|e| format!("listing its tools failed: {e}"))?;
-        Ok::<_, String>((service, tools))
+            .map_err(|e| InitError::ListTools(e.into()))?;
+        Ok::<_, InitError>((service, tools))
     };
     let outcome = tokio::select! {
-        outcome = tokio::time::timeout(INIT_TIMEOUT, connect) => outcome,
+        // An exit is the cause, whatever the connection it closed said meanwhile.
+        biased;
         exit = process.exited.wait_for(Option::is_some) => {
             let exit = exit.ok().and_then(|e| e.clone()).map(|e| e.text);
-            Ok(Err(format!("{} during initialization", exit.as_deref().unwrap_or("exited"))))
+            Ok(Err(InitError::Exited(exit.unwrap_or_else(|| "exited".to_owned()))))
         }
+        outcome = tokio::time::timeout(INIT_TIMEOUT, connect) => outcome,
     };
-    let failure = match outcome {
+    let cause = match outcome {
         Ok(Ok((service, tools))) => {
             return Ok(instance(service, &tools, pid, connection, Some(process)))
         }
-        Ok(Err(reason)) => reason,
-        Err(_) => format!(
-            "did not finish initializing within {}",
-            seconds(INIT_TIMEOUT)
-        ),
+        Ok(Err(cause)) => cause,
+        Err(_) => InitError::Timeout(INIT_TIMEOUT),
     };
     connection.cancel();
-    let mut reason = format!("failed to start: {failure}");
-    // The process is probably dead already, and how it died says why; if not, it is hung or
-    // broken: kill it (and do not report our own signal as its fault).
-    match process.wait_exit(Duration::from_millis(300)).await {
-        Some(exit) if !reason.contains(&exit.text) => {
-            reason.push_str(&format!("; it {}", exit.text))
-        }
-        Some(_) => {}
+    // The process is probably dead already, and how it died says why (unless that is the cause
+    // already); if not, it is hung or broken: kill it (and do not report our own signal as its
+    // fault).
+    let exit = match process.wait_exit(Duration::from_millis(300)).await {
+        Some(exit) => Some(exit.text),
         None => {
             process.kill_and_wait().await;
+            None
         }
     }
-    if let Some(tail) = process.stderr_tail().await {
-        reason.push_str(&format!(" (its last stderr: {tail})"));
-    }
-    Err(reason)
+    .filter(|text| !matches!(&cause, InitError::Exited(said) if said == text));
+    let stderr = process.stderr_tail().await;
+    Err(StartError::Init {
+        cause,
+        exit,
+        stderr,
+    })
 }
 
 /// Connects to a server over streamable HTTP and lists its tools, with a token if it needs one:
 /// from the client-credentials grant or an earlier sign-in, else, when it answers 401, by
 /// signing a person in (auth.rs).
-async fn start_remote(slot: &Slot, server: &HttpServer) -> Result<Instance, String> {
+async fn start_remote(slot: &Slot, server: &HttpServer) -> Result<Instance, StartError> {
     let name = slot.name();
-    let http = super::remote::http_client(slot.config.timeout)?;
+    let http = super::remote::http_client(slot.config.timeout).map_err(StartError::HttpClient)?;
     let guarded = super::remote::Guarded::new(name, http.clone());
     let mut token = super::auth::without_person(name, server, &http)
         .await
-        .map_err(|e| format!("failed to start: {e}"))?;
+        .map_err(StartError::OAuth)?;
     let had_token = token.is_some();
     // A person can sign in only where a token is not configured some other way.
     let configured = server.oauth.client_credentials
@@ -645,19 +824,15 @@ async fn start_remote(slot: &Slot, server: &HttpServer) -> Result<Instance, Stri
     let pending = slot.step_up.take_pending();
     let mut sign_in_for: Option<Option<String>> = if configured { None } else { pending.map(Some) };
     let mut signed_in = 0;
-    let mut last_failure = String::new();
+    let mut last_failure: Option<ConnectError> = None;
     loop {
         if let Some(challenge) = sign_in_for.take() {
             signed_in += 1;
             let manager = super::auth::sign_in(name, server, challenge.as_deref(), &http)
                 .await
-                .map_err(|e| {
-                    let before = if last_failure.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{last_failure}; ")
-                    };
-                    format!("failed to start: {before}signing in with OAuth did not succeed: {e}")
+                .map_err(|source| StartError::SignIn {
+                    before: last_failure.take(),
+                    source,
                 })?;
             token = Some(manager);
         }
@@ -671,36 +846,38 @@ async fn start_remote(slot: &Slot, server: &HttpServer) -> Result<Instance, Stri
             Ok(instance) => return Ok(instance),
             Err(failure) => failure,
         };
-        let after = if signed_in > 0 {
-            " after signing in"
-        } else {
-            ""
-        };
-        last_failure = failure.message.clone();
+        let after_sign_in = signed_in > 0;
         if configured || signed_in >= MAX_SIGN_INS {
-            return Err(format!("failed to start{after}: {}", failure.message));
+            return Err(StartError::Connect {
+                cause: failure,
+                after_sign_in,
+            });
         }
-        if failure.auth_required {
+        if failure.auth_required() {
             if signed_in == 0 && had_token {
                 tracing::warn!(
                     "MCP server '{name}' refused the saved OAuth token; signing in again"
                 );
             }
-            sign_in_for = Some(failure.challenge);
-        } else if let Some(challenge) = failure.challenge.filter(|c| is_insufficient_scope(c)) {
+            sign_in_for = Some(failure.challenge().map(str::to_owned));
+        } else if let Some(challenge) = failure.challenge().filter(|c| is_insufficient_scope(c)) {
             // Step-up: a token without a scope the server wants. Asking twice for the same
             // scope would only ask the person again for what did not work.
-            if !slot.step_up.first_time(&challenge) {
-                return Err(format!(
-                    "failed to start{after}: {} (signing in again for that scope was tried and did not help)",
-                    failure.message
-                ));
+            if !slot.step_up.first_time(challenge) {
+                return Err(StartError::ScopeNotGranted {
+                    cause: failure,
+                    after_sign_in,
+                });
             }
             tracing::info!("MCP server '{name}' wants a wider OAuth scope; signing in for it");
-            sign_in_for = Some(Some(challenge));
+            sign_in_for = Some(Some(challenge.to_owned()));
         } else {
-            return Err(format!("failed to start{after}: {}", failure.message));
+            return Err(StartError::Connect {
+                cause: failure,
+                after_sign_in,
+            });
         }
+        last_failure = Some(failure);
     }
 }
 
@@ -766,18 +943,18 @@ impl StepUp {
 
 /// `mcp-code-mode login`: signs in to the remote server `config` ahead of time (or checks the
 /// client-credentials grant) and lists its tools with the token. Says what it did.
-pub(crate) async fn login(config: &ServerConfig) -> Result<String, String> {
+pub(crate) async fn login(config: &ServerConfig) -> Result<String, LoginError> {
     let Transport::Http(server) = &config.transport else {
-        return Err(format!("'{}' is not a remote server", config.name));
+        return Err(LoginError::NotRemote(config.name.clone()));
     };
     let slot = Slot::new(config.clone());
     let name = slot.name();
-    let http = super::remote::http_client(config.timeout)?;
+    let http = super::remote::http_client(config.timeout).map_err(LoginError::HttpClient)?;
     let guarded = super::remote::Guarded::new(name, http.clone());
     let (manager, how) = if server.oauth.client_credentials {
         let manager = super::auth::without_person(name, server, &http)
             .await?
-            .ok_or("the client-credentials grant gave no token")?;
+            .ok_or(OAuthError::NoGrantToken)?;
         (manager, "the client-credentials grant works".to_owned())
     } else {
         // Asked without a token first: the 401's challenge is where discovery starts.
@@ -788,8 +965,8 @@ pub(crate) async fn login(config: &ServerConfig) -> Result<String, String> {
                     "'{name}' does not ask for authorization: nothing to sign in to"
                 ));
             }
-            Err(failure) if failure.auth_required => failure.challenge,
-            Err(failure) => return Err(failure.message),
+            Err(failure) if failure.auth_required() => failure.challenge().map(str::to_owned),
+            Err(failure) => return Err(LoginError::Connect(failure)),
         };
         let manager = super::auth::sign_in(name, server, challenge.as_deref(), &http).await?;
         let file = super::auth::TokenFile::for_server(name, &server.url)?;
@@ -803,26 +980,20 @@ pub(crate) async fn login(config: &ServerConfig) -> Result<String, String> {
     };
     let instance = connect_remote(&slot, server, AuthClient::new(guarded, manager))
         .await
-        .map_err(|failure| format!("{how}, but then: {}", failure.message))?;
+        .map_err(|cause| LoginError::AfterSignIn {
+            how: how.clone(),
+            cause,
+        })?;
     let tools = instance.live.tools.len();
     instance.stop().await;
     Ok(format!("{name}: {how}; it serves {tools} tools"))
-}
-
-/// Why connecting to a remote server failed.
-struct RemoteFailure {
-    message: String,
-    /// It answered 401: a token would help.
-    auth_required: bool,
-    /// Its `WWW-Authenticate`, where OAuth discovery starts.
-    challenge: Option<String>,
 }
 
 async fn connect_remote<C>(
     slot: &Slot,
     server: &HttpServer,
     client: C,
-) -> Result<Instance, RemoteFailure>
+) -> Result<Instance, ConnectError>
 where
     C: rmcp::transport::streamable_http_client::StreamableHttpClient,
 {
@@ -831,44 +1002,21 @@ where
     let handler = HubClient {
         refresh: slot.refresh.clone(),
     };
-    let config = super::remote::transport_config(server).map_err(|message| RemoteFailure {
-        message,
-        auth_required: false,
-        challenge: None,
-    })?;
+    let config = super::remote::transport_config(server)?;
     let transport = rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
     let connect = async {
         let service = handler
             .serve_with_ct(transport, connection.clone())
             .await
-            .map_err(|e| RemoteFailure {
-                auth_required: e.is_authorization_required(),
-                challenge: e.auth_challenge().map(str::to_owned),
-                message: super::remote::describe_failure(
-                    name,
-                    server,
-                    &e,
-                    e.is_authorization_required(),
-                ),
+            .map_err(|e| {
+                let (auth, challenge) = (e.is_authorization_required(), e.auth_challenge());
+                ConnectError::of(name, server, &e, auth, challenge, false)
             })?;
-        let tools = service
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| RemoteFailure {
-                auth_required: e.is_authorization_required(),
-                challenge: e.auth_challenge().map(str::to_owned),
-                message: format!(
-                    "listing its tools failed: {}",
-                    super::remote::describe_failure(
-                        name,
-                        server,
-                        &e,
-                        e.is_authorization_required()
-                    )
-                ),
-            })?;
-        Ok::<_, RemoteFailure>((service, tools))
+        let tools = service.peer().list_all_tools().await.map_err(|e| {
+            let (auth, challenge) = (e.is_authorization_required(), e.auth_challenge());
+            ConnectError::of(name, server, &e, auth, challenge, true)
+        })?;
+        Ok::<_, ConnectError>((service, tools))
     };
     match tokio::time::timeout(INIT_TIMEOUT, connect).await {
         Ok(Ok((service, tools))) => Ok(instance(service, &tools, None, connection, None)),
@@ -878,14 +1026,9 @@ where
         }
         Err(_) => {
             connection.cancel();
-            Err(RemoteFailure {
-                message: format!(
-                    "{} did not finish initializing within {}",
-                    super::remote::shown_url(&server.url),
-                    seconds(INIT_TIMEOUT)
-                ),
-                auth_required: false,
-                challenge: None,
+            Err(ConnectError::Timeout {
+                url: super::remote::shown_url(&server.url),
+                after: INIT_TIMEOUT,
             })
         }
     }
@@ -926,13 +1069,10 @@ fn spawn(
     env: &std::collections::BTreeMap<String, String>,
     cwd: Option<&std::path::Path>,
     shared: &Arc<Shared>,
-) -> Result<Spawned, String> {
+) -> Result<Spawned, StartError> {
     if let Some(cwd) = cwd {
         if !cwd.is_dir() {
-            return Err(format!(
-                "failed to start: its working directory {} does not exist (\"cwd\" in the config)",
-                cwd.display()
-            ));
+            return Err(StartError::NoWorkingDir(cwd.to_path_buf()));
         }
     }
     let mut command = tokio::process::Command::new(program);
@@ -950,7 +1090,7 @@ fn spawn(
     let mut wrapped = CommandWrap::from(command);
     // Its own group: a terminal's Ctrl-C does not reach it, and we can kill all it started.
     wrapped.wrap(ProcessGroup::leader());
-    let mut child = wrapped.spawn().map_err(|e| spawn_error(program, &e))?;
+    let mut child = wrapped.spawn().map_err(|e| spawn_error(program, e))?;
     let pid = child.id();
     let pgid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     let group = GroupGuard::new(pgid, shared);
@@ -961,7 +1101,7 @@ fn spawn(
     );
     let (Some(stdout), Some(stdin), stderr) = streams else {
         let _ = child.start_kill();
-        return Err("failed to start: its stdio pipes were not created".to_owned());
+        return Err(StartError::NoPipes);
     };
 
     let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
@@ -987,15 +1127,15 @@ fn spawn(
     Ok((process, stdout, stdin, pid))
 }
 
-fn spawn_error(command: &str, e: &std::io::Error) -> String {
+/// The two refusals a config can fix are told by kind; the io error says no more than the kind.
+fn spawn_error(command: &str, e: std::io::Error) -> StartError {
     match e.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "failed to start: command '{command}' was not found (check \"command\" in the config and PATH)"
-        ),
-        std::io::ErrorKind::PermissionDenied => format!(
-            "failed to start: command '{command}' is not executable (permission denied)"
-        ),
-        _ => format!("failed to start: cannot run '{command}': {e}"),
+        std::io::ErrorKind::NotFound => StartError::CommandNotFound(command.to_owned()),
+        std::io::ErrorKind::PermissionDenied => StartError::NotExecutable(command.to_owned()),
+        _ => StartError::Spawn {
+            command: command.to_owned(),
+            source: e,
+        },
     }
 }
 
@@ -1169,4 +1309,123 @@ async fn forward_stderr(
         }
     }
     let _ = done.send(());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::hub::tests::config;
+
+    fn named(servers: &[ServerConfig], name: &str) -> ServerConfig {
+        let found = servers.iter().find(|s| s.name == name);
+        found.expect("a configured server").clone()
+    }
+
+    #[tokio::test]
+    async fn each_way_a_command_fails_to_spawn_has_its_kind() {
+        let shared = Arc::new(Shared::new());
+        let env = Default::default();
+        let spawned = |program: &str, cwd: Option<&std::path::Path>| {
+            spawn("s", program, &[], &env, cwd, &shared).err()
+        };
+        let missing = spawned("/nonexistent/bin/mcp-server", None);
+        assert!(
+            matches!(&missing, Some(StartError::CommandNotFound(c)) if c == "/nonexistent/bin/mcp-server"),
+            "{missing:?}"
+        );
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let script = dir.path().join("server.sh");
+        std::fs::write(&script, "#!/bin/sh\n").expect("written without an execute bit");
+        let refused = spawned(script.to_str().unwrap(), None);
+        assert!(
+            matches!(&refused, Some(StartError::NotExecutable(_))),
+            "{refused:?}"
+        );
+        let gone = dir.path().join("gone");
+        let no_dir = spawned("sh", Some(&gone));
+        assert!(
+            matches!(&no_dir, Some(StartError::NoWorkingDir(d)) if *d == gone),
+            "{no_dir:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_way_a_started_server_fails_to_initialize_has_its_kind() {
+        let (_dir, config) = config(serde_json::json!({
+            // Exits while a child of its own keeps its stdin and stdout open: the exit comes
+            // first.
+            "exits": {"command": "sh", "args": ["-c", "sleep 5 <&0 & echo 'no API key' >&2; exit 3"]},
+            // Answers the handshake's request with an error.
+            "refuses": {"command": "sh", "args": ["-c", r#"read line; id=$(echo "$line" | sed 's/.*"id":\([0-9]*\).*/\1/'); echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"error\":{\"code\":-32603,\"message\":\"not today\"}}"; exec sleep 10"#]},
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+        }));
+        let shared = Arc::new(Shared::new());
+        let start_of = |name: &str| {
+            let slot = Slot::new(named(&config.servers, name));
+            let shared = shared.clone();
+            async move { start(&slot, &shared).await.err() }
+        };
+        let exits = start_of("exits").await;
+        assert!(
+            matches!(&exits, Some(StartError::Init { cause: InitError::Exited(how), exit: None, stderr: Some(tail) })
+                if how == "exited with status 3" && tail.contains("no API key")),
+            "{exits:?}"
+        );
+        let status = exits.unwrap().status();
+        assert!(
+            status.starts_with("failed to start: exited with status 3"),
+            "{status}"
+        );
+        let refuses = start_of("refuses").await;
+        assert!(
+            matches!(
+                &refuses,
+                Some(StartError::Init {
+                    cause: InitError::Handshake(_),
+                    ..
+                })
+            ),
+            "{refuses:?}"
+        );
+        let legacy = start_of("legacy").await;
+        assert!(
+            matches!(&legacy, Some(StartError::Unsupported(_))),
+            "{legacy:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_way_a_login_fails_has_its_kind() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let (_dir, config) = config(serde_json::json!({
+            "secured": {"url": format!("http://127.0.0.1:{port}/mcp?key=sekrit")},
+            "local": {"command": "sh"},
+        }));
+        let unknown = super::super::Hub::remote_server(&config, "secure").err();
+        assert!(
+            matches!(&unknown, Some(LoginError::NoSuchServer { name, hint, .. }) if name == "secure" && hint.contains("secured")),
+            "{unknown:?}"
+        );
+        let local = super::super::Hub::remote_server(&config, "local").err();
+        assert!(
+            matches!(&local, Some(LoginError::NotRemote(name)) if name == "local"),
+            "{local:?}"
+        );
+        let down = login(&named(&config.servers, "secured")).await.err();
+        assert!(
+            matches!(
+                &down,
+                Some(LoginError::Connect(ConnectError::Handshake {
+                    auth_required: false,
+                    ..
+                }))
+            ),
+            "{down:?}"
+        );
+        let words = super::super::error_words(&down.unwrap());
+        assert!(!words.contains("sekrit"), "{words}");
+    }
 }

@@ -67,7 +67,8 @@ impl Session {
             false,
         )
         .to_string();
-        let entropy = engine::entropy_source(Some(settings.seed)).map_err(|e| e.to_string())?;
+        let entropy = engine::entropy_source(Some(settings.seed))
+            .map_err(|e| crate::text::Chain(&e).to_string())?;
         Ok(Session {
             token: token.iter().map(|b| format!("{b:02x}")).collect(),
             settings_json,

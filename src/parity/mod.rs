@@ -464,7 +464,7 @@ impl Runner {
                     ms: outcome.duration_ms,
                 })
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(crate::text::Chain(&e).to_string()),
         };
 
         let mut browser_calls = Vec::new();

@@ -455,7 +455,9 @@ impl CodeModeServer {
                     this.pool
                         .take_seeded(tools, this.options.seed)
                         .await
-                        .map_err(|e| McpError::internal_error(e.to_string(), None))?,
+                        .map_err(|e| {
+                            McpError::internal_error(crate::text::Chain(&e).to_string(), None)
+                        })?,
                     None,
                 ),
                 Some((sessions, requested)) => {
@@ -982,8 +984,9 @@ async fn session_sandbox(
         None => match sessions.take_sandbox(tools, seed).await {
             Ok(sandbox) => Ok((sandbox, lease)),
             Err(e) => {
-                let message = format!("the session's sandbox could not start: {e}");
-                lease.failed(&e.to_string());
+                let why = crate::text::Chain(&e).to_string();
+                let message = format!("the session's sandbox could not start: {why}");
+                lease.failed(&why);
                 Err(refused(message))
             }
         },

@@ -38,16 +38,17 @@ fn source_hash(source: &str) -> [u8; 32] {
 
 /// The code caches of every module `js` has run, serialized: for each module, its path (u16 LE
 /// length, then the bytes), its source's sha256, and its cache (u32 LE length, then the bytes).
-pub(crate) fn make(js: &mut JsRuntime) -> Result<Vec<u8>, String> {
+/// Fails with the path of a module V8 made no cache of.
+pub(crate) fn make(js: &mut JsRuntime) -> Result<Vec<u8>, &'static str> {
     let mut out = Vec::new();
     for (path, source) in modules() {
-        let source = source.ok_or_else(|| format!("{path} is not embedded"))?;
+        let source = source.ok_or(path)?;
         deno_core::scope!(scope, js);
         let (Some(name), Some(text)) = (
             v8::String::new(scope, &format!("file://{path}")),
             v8::String::new(scope, source),
         ) else {
-            return Err(format!("{path}: too long for a V8 string"));
+            return Err(path);
         };
         // As deno_core's loader compiles a module: same name, a module origin, no host options;
         // anything else and V8 would not find the compiled module in its compilation cache.
@@ -67,7 +68,7 @@ pub(crate) fn make(js: &mut JsRuntime) -> Result<Vec<u8>, String> {
         let mut compiling = v8::script_compiler::Source::new(text, Some(&origin));
         let cache = v8::script_compiler::compile_module(scope, &mut compiling)
             .and_then(|module| module.get_unbound_module_script(scope).create_code_cache())
-            .ok_or_else(|| format!("{path}: V8 made no code cache"))?;
+            .ok_or(path)?;
         out.extend_from_slice(&(path.len() as u16).to_le_bytes());
         out.extend_from_slice(path.as_bytes());
         out.extend_from_slice(&source_hash(source));

@@ -9,6 +9,7 @@ use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{
     self, Clock, Entropy, Lifecycle, Memory, SharedOutput, SnapshotIo, ToolBridge,
 };
+use deno_core::error::CoreError;
 use deno_core::{
     v8, JsRuntime, ModuleLoadResponse, ModuleLoader, ModuleSource, ModuleSourceCode,
     ModuleSpecifier, ModuleType, ResolutionKind, RuntimeOptions,
@@ -147,20 +148,34 @@ pub(super) async fn spawn(
         from_runner: parts.outcome_rx,
         to_handle: handle_outcomes,
     };
+    // Made here, not on the thread: the system's refusal is then this call's error, with its
+    // cause, instead of the thread's last words.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| EngineError::System {
+            what: "a runtime for its thread",
+            source,
+        })?;
     std::thread::Builder::new()
         .name("sandbox".into())
         .spawn(move || {
-            let result = run_thread(state, relay, handle_tx, stop_rx, thread_fate.clone());
-            thread_fate.finish(result.err());
+            let result = run_thread(rt, state, relay, handle_tx, stop_rx, thread_fate.clone());
+            thread_fate.finish(result.err().map(|e| e.to_string()));
         })
-        .map_err(|e| EngineError::Boot(format!("cannot start a sandbox thread: {e}")))?;
+        .map_err(|source| EngineError::System {
+            what: "a thread",
+            source,
+        })?;
 
-    let fate = parts.fate.clone();
-    let isolate = handle_rx.await.map_err(|_| {
-        EngineError::Boot(exit_reason(
-            &fate,
-            "the sandbox thread ended before creating V8",
-        ))
+    let (fate, memory_mb) = (parts.fate.clone(), parts.limits.memory_mb);
+    let isolate = handle_rx.await.map_err(|_| EngineError::Ended {
+        reason: Some(
+            fate.exit_reason
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "its thread ended before creating V8".to_owned()),
+        ),
     })?;
     let sandbox = Sandbox::Thread(ThreadSandbox {
         limits: parts.limits,
@@ -173,33 +188,44 @@ pub(super) async fn spawn(
         fate: parts.fate,
         budget: parts.budget,
     });
-    wait_ready(ready_rx, &fate).await.map(|()| sandbox)
+    wait_ready(ready_rx, &fate, memory_mb)
+        .await
+        .map(|()| sandbox)
 }
 
-/// Waits until the sandbox's JS says Pyodide is up (or why it is not).
+/// Waits until the sandbox's JS says Pyodide is up (or why it is not). `memory_mb` is the
+/// sandbox's limit, which a boot that exhausts its heap is told against.
 pub(super) async fn wait_ready(
     ready_rx: oneshot::Receiver<Result<(), String>>,
     fate: &Fate,
+    memory_mb: u64,
 ) -> Result<(), EngineError> {
-    match tokio::time::timeout(BOOT_TIMEOUT, ready_rx).await {
-        Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(message))) => Err(EngineError::Boot(message)),
-        Ok(Err(_)) => Err(EngineError::Boot(exit_reason(
-            fate,
-            "the sandbox ended while booting",
-        ))),
-        Err(_) => Err(EngineError::Boot(format!(
-            "Pyodide did not boot within {} s",
-            BOOT_TIMEOUT.as_secs()
-        ))),
-    }
+    wait_ready_within(BOOT_TIMEOUT, ready_rx, fate, memory_mb).await
 }
 
-fn exit_reason(fate: &Fate, fallback: &str) -> String {
-    fate.exit_reason
-        .lock()
-        .clone()
-        .unwrap_or_else(|| fallback.to_owned())
+async fn wait_ready_within(
+    boot_timeout: Duration,
+    ready_rx: oneshot::Receiver<Result<(), String>>,
+    fate: &Fate,
+    memory_mb: u64,
+) -> Result<(), EngineError> {
+    match tokio::time::timeout(boot_timeout, ready_rx).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        // The runner's words: JavaScript's or Python's error, which is all there is of it.
+        Ok(Ok(Err(message))) => Err(EngineError::Pyodide(message)),
+        Ok(Err(_))
+            if fate
+                .heap_exhausted
+                .load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            Err(EngineError::heap_exhausted(memory_mb))
+        }
+        // The thread drops the runner (and this channel) before it records why it ended.
+        Ok(Err(_)) => Err(EngineError::Ended {
+            reason: fate.reason().await,
+        }),
+        Err(_) => Err(EngineError::BootTimeout(boot_timeout)),
+    }
 }
 
 pub(super) struct SandboxState {
@@ -267,14 +293,10 @@ pub(super) fn create_runtime(
 /// (after its one job), as the event loop drives it.
 pub(super) async fn load_main(
     js: &mut JsRuntime,
-) -> Result<impl std::future::Future<Output = Result<(), String>>, String> {
+) -> Result<impl std::future::Future<Output = Result<(), CoreError>>, CoreError> {
     let main = ModuleSpecifier::parse(MAIN_MODULE).expect("valid specifier");
-    let id = js
-        .load_main_es_module(&main)
-        .await
-        .map_err(|e| e.to_string())?;
-    let evaluated = js.mod_evaluate(id);
-    Ok(async move { evaluated.await.map_err(|e| e.to_string()) })
+    let id = js.load_main_es_module(&main).await?;
+    Ok(js.mod_evaluate(id))
 }
 
 /// One turn of the event loop. With `platform` (a forked sandbox's single-threaded V8 platform,
@@ -283,7 +305,7 @@ pub(super) fn poll_js(
     js: &mut JsRuntime,
     platform: Option<&v8::SharedRef<v8::Platform>>,
     cx: &mut std::task::Context<'_>,
-) -> std::task::Poll<Result<(), String>> {
+) -> std::task::Poll<Result<(), CoreError>> {
     let pump = |js: &mut JsRuntime| {
         let mut ran = false;
         if let Some(platform) = platform {
@@ -294,9 +316,7 @@ pub(super) fn poll_js(
         ran
     };
     pump(js);
-    let polled = js
-        .poll_event_loop(cx, Default::default())
-        .map_err(|e| e.to_string());
+    let polled = js.poll_event_loop(cx, Default::default());
     // Once the outcome is reported, V8's housekeeping (GC steps, tier-up) must not delay it.
     let reported = js
         .op_state()
@@ -322,16 +342,13 @@ struct Relay {
 }
 
 fn run_thread(
+    rt: tokio::runtime::Runtime,
     state: SandboxState,
     relay: Relay,
     handle_tx: oneshot::Sender<v8::IsolateHandle>,
     stop_rx: oneshot::Receiver<()>,
     fate: Arc<Fate>,
-) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the sandbox's tokio runtime: {e}"))?;
+) -> Result<(), CoreError> {
     let _guard = rt.enter();
     let mut js = create_runtime(state, &fate, &[]);
     if handle_tx
@@ -362,10 +379,10 @@ fn run_thread(
 /// all between a session's jobs, so nothing a script left behind (a timer, a task) runs outside
 /// a job's time limit. A job arriving wakes the runner, waiting in `op_sandbox_next_job`.
 async fn drive_jobs(
-    event_loop: impl std::future::Future<Output = Result<(), String>>,
-    evaluated: impl std::future::Future<Output = Result<(), String>>,
+    event_loop: impl std::future::Future<Output = Result<(), CoreError>>,
+    evaluated: impl std::future::Future<Output = Result<(), CoreError>>,
     mut relay: Relay,
-) -> Result<(), String> {
+) -> Result<(), CoreError> {
     let run = async {
         event_loop.await?;
         evaluated.await
@@ -466,5 +483,51 @@ impl ModuleLoader for EmbeddedModules {
                 "module not found: {specifier} (the sandbox imports only its embedded modules)"
             ))),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn each_way_a_boot_ends_short_of_ready_has_its_kind() {
+        let soon = Duration::from_millis(50);
+        let (tx, rx) = oneshot::channel();
+        tx.send(Err("SyntaxError: boom".to_owned())).unwrap();
+        let said = wait_ready_within(soon, rx, &Fate::default(), 512).await;
+        assert!(
+            matches!(&said, Err(EngineError::Pyodide(m)) if m == "SyntaxError: boom"),
+            "{said:?}"
+        );
+
+        let (tx, rx) = oneshot::channel::<Result<(), String>>();
+        let fate = Fate::default();
+        fate.heap_exhausted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(tx);
+        let heap = wait_ready_within(soon, rx, &fate, 512).await;
+        let js_heap_mib = MemoryShares::of(512).js_heap >> 20;
+        assert!(
+            matches!(&heap, Err(EngineError::HeapExhausted { js_heap_mib: j, memory_mb: 512 }) if *j == js_heap_mib),
+            "{heap:?}"
+        );
+
+        let (tx, rx) = oneshot::channel::<Result<(), String>>();
+        let fate = Fate::default();
+        fate.finish(Some("Uncaught Error: lost".into()));
+        drop(tx);
+        let ended = wait_ready_within(soon, rx, &fate, 512).await;
+        assert!(
+            matches!(&ended, Err(EngineError::Ended { reason: Some(r) }) if r == "Uncaught Error: lost"),
+            "{ended:?}"
+        );
+
+        let (_tx, rx) = oneshot::channel::<Result<(), String>>();
+        let stuck = wait_ready_within(soon, rx, &Fate::default(), 512).await;
+        assert!(
+            matches!(&stuck, Err(EngineError::BootTimeout(d)) if *d == soon),
+            "{stuck:?}"
+        );
     }
 }

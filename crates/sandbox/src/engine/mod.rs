@@ -109,8 +109,7 @@ pub async fn make_snapshot() -> Result<Vec<u8>, EngineError> {
     config.seed = Some(SNAPSHOT_SEED);
     let (tx, rx) = oneshot::channel();
     let _sandbox = isolate::spawn(config, Some(tx)).await?;
-    rx.await
-        .map_err(|_| EngineError::Boot("the sandbox ended without making a snapshot".into()))
+    rx.await.map_err(|_| EngineError::NoSnapshot)
 }
 
 /// Compiles every wheelhouse package's Python sources once, at build time, in a sandbox (so with
@@ -145,24 +144,33 @@ for name, entry in sorted(codemode._WHEELHOUSE.packages().items()):
     };
     let sandbox = Sandbox::new(SandboxConfig::new(limits, snapshot)).await?;
     let outcome = sandbox.execute(Job::new(SCRIPT)).await;
-    if let Some(e) = outcome.error {
-        return Err(EngineError::Boot(format!(
-            "compiling the wheelhouse: {}: {}",
-            e.kind, e.message
-        )));
+    match outcome.error {
+        Some(e) => Err(BytecodeError::Script(e)),
+        None => bytecode_zips(&outcome.stdout),
     }
+    .map_err(EngineError::Bytecode)
+}
+
+/// The zips [`make_bytecode`]'s script printed, a `<wheel file> <hex>` line each.
+fn bytecode_zips(stdout: &str) -> Result<Vec<(String, Vec<u8>)>, BytecodeError> {
     let mut zips = Vec::new();
-    for line in outcome.stdout.lines() {
+    for line in stdout.lines() {
         let (file, hex) = line
             .split_once(' ')
-            .ok_or_else(|| EngineError::Boot(format!("compiling the wheelhouse: {line:.80}")))?;
+            .ok_or_else(|| BytecodeError::Unreadable(line.to_owned()))?;
         let bytes = (0..hex.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
             .collect::<Result<Vec<u8>, _>>()
-            .map_err(|e| EngineError::Boot(format!("compiling the wheelhouse: {file}: {e}")))?;
-        let zip = crate::wheels::repack_zstd(&bytes, 9)
-            .map_err(|e| EngineError::Boot(format!("compiling the wheelhouse: {file}: {e}")))?;
+            .map_err(|source| BytecodeError::Hex {
+                wheel: file.to_owned(),
+                source,
+            })?;
+        let zip =
+            crate::wheels::repack_zstd(&bytes, 9).map_err(|reason| BytecodeError::Repack {
+                wheel: file.to_owned(),
+                reason,
+            })?;
         zips.push((format!("{file}.pyc.zip"), zip));
     }
     Ok(zips)
@@ -176,8 +184,12 @@ pub fn entropy_source(seed: Option<u64>) -> Result<rand_chacha::ChaCha20Rng, Eng
         Some(seed) => rand_chacha::ChaCha20Rng::seed_from_u64(seed),
         None => {
             let mut bytes = [0u8; 32];
-            getrandom::fill(&mut bytes)
-                .map_err(|e| EngineError::Boot(format!("no OS entropy: {e}")))?;
+            getrandom::fill(&mut bytes).map_err(|e| {
+                EngineError::Entropy(match e.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::other(e.to_string()),
+                })
+            })?;
             rand_chacha::ChaCha20Rng::from_seed(bytes)
         }
     })
@@ -272,13 +284,88 @@ impl Outcome {
     }
 }
 
+/// Why a sandbox could not be made. The variant says whose failure it is: the system's (a thread,
+/// a socket, entropy), Pyodide's (its boot failed, or never finished), the sandbox's own end while
+/// booting, the zygote's, a fork's. A cause is the error's source, not words of its message:
+/// `{:#}` (anyhow) or [`crate::Chain`] prints it.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("the sandbox could not start: {0}")]
-    Boot(String),
+    /// The system refused the sandbox something it needs (`what`: "a thread").
+    #[error("the sandbox could not start: the system refused it {what}")]
+    System {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The system had no randomness to seed the sandbox's stream with (getrandom's error, as
+    /// the OS error it stands for: without its `std` feature it is no `std::error::Error`).
+    #[error("the sandbox could not start: the system gave it no entropy")]
+    Entropy(#[source] std::io::Error),
+    /// Pyodide's boot failed, in the runner's words (a JavaScript or Python error).
+    #[error("the sandbox could not start: Pyodide failed to boot: {0}")]
+    Pyodide(String),
+    /// Pyodide was still booting when its time was up: stuck, not slow.
+    #[error("the sandbox could not start: Pyodide did not boot within {} s", .0.as_secs())]
+    BootTimeout(Duration),
+    /// Booting needed more JavaScript heap than the sandbox's memory limit leaves it.
+    #[error(
+        "the sandbox could not start: booting exhausted its JavaScript heap ({js_heap_mib} MiB of its {memory_mb} MiB, --memory-mb)"
+    )]
+    HeapExhausted { js_heap_mib: usize, memory_mb: u64 },
+    /// The sandbox ended while booting, with its thread's last words when it left any (words,
+    /// like a forked child's: they reach the handle from the sandbox's own thread).
+    #[error("the sandbox could not start: it ended while booting{}", last_words(.reason))]
+    Ended { reason: Option<String> },
+    /// The zygote process, which forks sandboxes, did not come up.
+    #[error("the sandbox zygote could not start")]
+    Zygote(#[source] zygote::ZygoteError),
+    /// The zygote is up, but gave no sandbox.
+    #[error("cannot fork a sandbox")]
+    Fork(#[source] zygote::ForkError),
+    /// [`make_snapshot`]'s sandbox ended without sending one.
+    #[error("the sandbox ended without making a snapshot")]
+    NoSnapshot,
+    /// [`make_bytecode`] failed (at build time).
+    #[error("compiling the wheelhouse failed")]
+    Bytecode(#[source] BytecodeError),
     /// The local executor's interpreter cannot be used (see [`crate::local::LocalPython::find`]).
     #[error("the local executor cannot run: {0}")]
     Local(String),
+}
+
+impl EngineError {
+    pub(crate) fn heap_exhausted(memory_mb: u64) -> Self {
+        EngineError::HeapExhausted {
+            js_heap_mib: MemoryShares::of(memory_mb).js_heap >> 20,
+            memory_mb,
+        }
+    }
+}
+
+fn last_words(reason: &Option<String>) -> String {
+    reason
+        .as_ref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default()
+}
+
+/// Why [`make_bytecode`] could not compile the wheelhouse.
+#[derive(Debug, thiserror::Error)]
+pub enum BytecodeError {
+    /// The compiling script raised.
+    #[error("the compiling script failed: {}: {}", .0.kind, .0.message)]
+    Script(ErrorInfo),
+    /// A line of its output is not `<wheel file> <hex>`.
+    #[error("an unreadable line of its output: {0:.80}")]
+    Unreadable(String),
+    #[error("{wheel}: its bytecode is not hex")]
+    Hex {
+        wheel: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("{wheel}: cannot repack its bytecode: {reason}")]
+    Repack { wheel: String, reason: String },
 }
 
 /// What the Python prelude reports (codemode.run_job).
@@ -632,4 +719,26 @@ fn cap_result(result: Value, max_output: usize) -> Value {
         json.len(),
         json.len() - end
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_way_the_wheelhouse_output_is_unreadable_has_its_kind() {
+        assert!(matches!(
+            bytecode_zips("one-word"),
+            Err(BytecodeError::Unreadable(line)) if line == "one-word"
+        ));
+        assert!(matches!(
+            bytecode_zips("a.whl 0g"),
+            Err(BytecodeError::Hex { wheel, .. }) if wheel == "a.whl"
+        ));
+        assert!(matches!(
+            bytecode_zips("a.whl 00ff"),
+            Err(BytecodeError::Repack { wheel, .. }) if wheel == "a.whl"
+        ));
+        assert!(matches!(bytecode_zips(""), Ok(zips) if zips.is_empty()));
+    }
 }

@@ -301,7 +301,8 @@ async fn refill(pool: std::sync::Weak<Pool>) {
                 failures += 1;
                 let wait = Duration::from_millis(250 << failures.min(7));
                 tracing::error!(
-                    "could not make a sandbox ahead of demand ({e}); retrying in {wait:?}"
+                    "could not make a sandbox ahead of demand ({}); retrying in {wait:?}",
+                    crate::Chain(&e)
                 );
                 tokio::time::sleep(wait).await;
             }

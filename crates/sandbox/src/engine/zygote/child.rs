@@ -11,6 +11,7 @@ use super::{frames, prefault, seal};
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{Clock, Entropy, IdleWarmUp, SharedOutput, Stream, ToolPort, Tools};
 use crate::engine::isolate::{self, Parts};
+use deno_core::error::CoreError;
 use deno_core::{v8, JsBuffer, JsRuntime};
 use futures::future::LocalBoxFuture;
 use std::cell::{Cell, RefCell};
@@ -27,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 pub struct Booted {
     pub js: JsRuntime,
     pub parts: Parts,
-    pub evaluated: Pin<Box<dyn std::future::Future<Output = Result<(), String>>>>,
+    pub evaluated: Pin<Box<dyn std::future::Future<Output = Result<(), CoreError>>>>,
     pub platform: v8::SharedRef<v8::Platform>,
 }
 
@@ -155,7 +156,7 @@ fn life(start: Start) -> Result<(), String> {
         let op_state = js.op_state();
         let mut op_state = op_state.borrow_mut();
         op_state.put(Entropy(
-            crate::engine::entropy_source(job.seed).map_err(|e| e.to_string())?,
+            crate::engine::entropy_source(job.seed).map_err(|e| crate::Chain(&e).to_string())?,
         ));
         op_state.put(Clock(Instant::now()));
         op_state.put(Tools(port.clone()));
@@ -251,7 +252,7 @@ fn life(start: Start) -> Result<(), String> {
                     // The runner reports, then its module ends: both can happen in one turn.
                     match outcome_rx.try_recv() {
                         Ok(report) => send(&events, frames::REPORT, report.as_bytes()),
-                        Err(_) => send(&events, frames::DIED, died(&fate, &budget, ended.err()).as_bytes()),
+                        Err(_) => send(&events, frames::DIED, died(&fate, &budget, ended.err().map(|e| e.to_string())).as_bytes()),
                     }
                     break;
                 }

@@ -22,7 +22,7 @@ mod prefault;
 mod process;
 pub mod seal;
 
-pub use process::{make_compiled_code, run, CompiledCode, ZygoteOptions, CONTROL_FD};
+pub use process::{make_compiled_code, run, BootError, CompiledCode, ZygoteOptions, CONTROL_FD};
 
 use super::{
     died_error, read_report, shape_outcome, stopped_error, EngineError, Limits, RunControl,
@@ -48,6 +48,42 @@ pub struct ZygoteCommand {
 
 /// How long a zygote may take to boot (restore and warm up).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why the zygote did not come up (the system's refusals are [`EngineError::System`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ZygoteError {
+    /// Its program could not be started.
+    #[error("cannot start {}", .program.display())]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// It said why it failed (its [`BootError`], in words: they crossed from its process).
+    #[error("{0}")]
+    Failed(String),
+    /// It ended before it was ready; how (an exit code, a signal) when it was reaped in time.
+    #[error("it exited while booting{}", .status.map(|s| format!(" ({s})")).unwrap_or_default())]
+    Exited {
+        status: Option<std::process::ExitStatus>,
+    },
+    #[error("it did not boot within {} s", .0.as_secs())]
+    Timeout(Duration),
+}
+
+/// Why a running zygote gave no sandbox (the system's refusals are [`EngineError::System`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ForkError {
+    #[error("the zygote has exited")]
+    ZygoteExited,
+    #[error("the zygote's control socket failed")]
+    Control(#[source] std::io::Error),
+    /// The zygote's fork() failed (the system's refusal, in the zygote).
+    #[error("the zygote could not fork")]
+    Fork(#[source] std::io::Error),
+    #[error("the zygote did not answer")]
+    NoAnswer,
+}
 
 #[derive(Default)]
 struct Exits {
@@ -83,14 +119,16 @@ impl Zygote {
         limits: Limits,
     ) -> Result<Arc<Zygote>, EngineError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-        let boot = |m: String| EngineError::Boot(format!("the sandbox zygote: {m}"));
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
             None,
             SockFlag::SOCK_CLOEXEC,
         )
-        .map_err(|e| boot(format!("socketpair: {e}")))?;
+        .map_err(|e| EngineError::System {
+            what: "a control socket for the zygote",
+            source: e.into(),
+        })?;
         let mut cmd = std::process::Command::new(&command.program);
         cmd.args(&command.args)
             .env_clear()
@@ -116,9 +154,12 @@ impl Zygote {
                 Ok(())
             });
         }
-        let process = cmd
-            .spawn()
-            .map_err(|e| boot(format!("cannot start {}: {e}", command.program.display())))?;
+        let process = cmd.spawn().map_err(|source| {
+            EngineError::Zygote(ZygoteError::Spawn {
+                program: command.program.clone(),
+                source,
+            })
+        })?;
         drop(theirs);
         let shared = Arc::new(Shared {
             control: ours,
@@ -133,21 +174,39 @@ impl Zygote {
         std::thread::Builder::new()
             .name("zygote-control".into())
             .spawn(move || read_control(reader, ready_tx))
-            .map_err(|e| boot(e.to_string()))?;
+            .map_err(|source| EngineError::System {
+                what: "a thread to read the zygote's control socket",
+                source,
+            })?;
         let zygote = Arc::new(Zygote {
             limits,
             shared,
             fork_lock: tokio::sync::Mutex::new(()),
             process: Mutex::new(process),
         });
-        match tokio::time::timeout(BOOT_TIMEOUT, ready_rx).await {
-            Ok(Ok(Ok(()))) => Ok(zygote),
-            Ok(Ok(Err(message))) => Err(boot(message)),
-            Ok(Err(_)) => Err(boot("it ended while booting".into())),
-            Err(_) => Err(boot(format!(
-                "it did not boot within {} s",
-                BOOT_TIMEOUT.as_secs()
-            ))),
+        let failed = match tokio::time::timeout(BOOT_TIMEOUT, ready_rx).await {
+            Ok(Ok(Ok(()))) => return Ok(zygote),
+            Ok(Ok(Err(ZygoteError::Exited { .. })) | Err(_)) => ZygoteError::Exited {
+                status: zygote.reaped(Duration::from_millis(500)).await,
+            },
+            Ok(Ok(Err(e))) => e,
+            Err(_) => ZygoteError::Timeout(BOOT_TIMEOUT),
+        };
+        Err(EngineError::Zygote(failed))
+    }
+
+    /// How the zygote process ended, if it has within `wait`: the exit code or signal that
+    /// says why a zygote ended while booting.
+    async fn reaped(&self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Ok(Some(status)) = self.process.lock().try_wait() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -176,15 +235,16 @@ impl Zygote {
         seed: Option<u64>,
         live_output: Option<LiveOutput>,
     ) -> Result<ForkedSandbox, EngineError> {
-        let failed = |m: String| EngineError::Boot(format!("cannot fork a sandbox: {m}"));
-        let (events, child_events) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| failed(e.to_string()))?;
-        let (sync, child_sync) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| failed(e.to_string()))?;
+        let sockets = |source| EngineError::System {
+            what: "a socket pair for a forked sandbox",
+            source,
+        };
+        let (events, child_events) = std::os::unix::net::UnixStream::pair().map_err(sockets)?;
+        let (sync, child_sync) = std::os::unix::net::UnixStream::pair().map_err(sockets)?;
         let pid = {
             let _one_at_a_time = self.fork_lock.lock().await;
             if !self.is_alive() {
-                return Err(failed("the zygote has exited".into()));
+                return Err(EngineError::Fork(ForkError::ZygoteExited));
             }
             let (tx, rx) = oneshot::channel();
             *self.shared.pending_fork.lock() = Some(tx);
@@ -196,13 +256,19 @@ impl Zygote {
                 0,
                 &[],
             )
-            .map_err(|e| failed(format!("control socket: {e}")))?;
+            .map_err(|e| EngineError::Fork(ForkError::Control(e.into())))?;
             match tokio::time::timeout(Duration::from_secs(10), rx).await {
                 Ok(Ok(Ok(pid))) => pid,
                 Ok(Ok(Err(errno))) => {
-                    return Err(failed(std::io::Error::from_raw_os_error(errno).to_string()))
+                    return Err(EngineError::Fork(ForkError::Fork(
+                        std::io::Error::from_raw_os_error(errno),
+                    )))
                 }
-                _ => return Err(failed("the zygote did not answer".into())),
+                // The reader drops the request when the zygote's socket closes.
+                Ok(Err(_)) if !self.is_alive() => {
+                    return Err(EngineError::Fork(ForkError::ZygoteExited))
+                }
+                _ => return Err(EngineError::Fork(ForkError::NoAnswer)),
             }
         };
         drop((child_events, child_sync));
@@ -214,8 +280,8 @@ impl Zygote {
         Ok(ForkedSandbox {
             zygote: self.clone(),
             pid,
-            events: Some(to_tokio(events).map_err(|e| failed(e.to_string()))?),
-            sync: Some(to_tokio(sync).map_err(|e| failed(e.to_string()))?),
+            events: Some(to_tokio(events).map_err(sockets)?),
+            sync: Some(to_tokio(sync).map_err(sockets)?),
             conversation: None,
             seed,
             tools: ToolBridge::new(tools),
@@ -266,7 +332,7 @@ pub struct PagesAhead {
 }
 
 /// The control socket's reader: fork answers, exits, and the zygote's own end.
-fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>) {
+fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), ZygoteError>>) {
     let mut ready = Some(ready);
     let mut buf = vec![0u8; 16384];
     loop {
@@ -295,7 +361,7 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
             }
             control::BOOT_FAILED => {
                 if let Some(tx) = ready.take() {
-                    let _ = tx.send(Err(control::text(packet)));
+                    let _ = tx.send(Err(ZygoteError::Failed(control::text(packet))));
                 } else {
                     tracing::error!("sandbox zygote: {}", control::text(packet));
                 }
@@ -367,7 +433,7 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), String>>)
     shared.pending_fork.lock().take();
     shared.exits.lock().waiting.clear();
     if let Some(tx) = ready.take() {
-        let _ = tx.send(Err("it exited while booting".into()));
+        let _ = tx.send(Err(ZygoteError::Exited { status: None }));
     }
     if !shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         tracing::warn!("the sandbox zygote has exited");
@@ -647,5 +713,139 @@ async fn serve_sync(sync: tokio::net::UnixStream, tools: ToolBridge) {
         {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// This test binary, started as a zygote that plays one of the `fake_` tests below.
+    fn fake(role: &str) -> ZygoteCommand {
+        ZygoteCommand {
+            program: std::env::current_exe().expect("the test binary"),
+            args: vec![
+                format!("engine::zygote::tests::fake_{role}").into(),
+                "--exact".into(),
+                "--ignored".into(),
+            ],
+        }
+    }
+
+    /// Whether this process was started by `Zygote::start`: fd 3 is then its control socket
+    /// (run any other way, a fake does nothing).
+    fn started_as_zygote() -> bool {
+        let mut kind: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: reads an int option of fd 3 into our own variable.
+        let read = unsafe {
+            libc::getsockopt(
+                CONTROL_FD,
+                libc::SOL_SOCKET,
+                libc::SO_TYPE,
+                (&mut kind as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        read == 0 && kind == libc::SOCK_SEQPACKET
+    }
+
+    #[test]
+    #[ignore = "a fake zygote, started by the tests below"]
+    fn fake_failing_boot() {
+        if started_as_zygote() {
+            let _ = control::send(CONTROL_FD, control::BOOT_FAILED, 0, 0, b"no Pyodide here");
+            std::process::exit(1);
+        }
+    }
+
+    #[test]
+    #[ignore = "a fake zygote, started by the tests below"]
+    fn fake_killed() {
+        if started_as_zygote() {
+            // SAFETY: signals this process only.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    }
+
+    #[test]
+    #[ignore = "a fake zygote, started by the tests below"]
+    fn fake_exiting_when_ready() {
+        if started_as_zygote() {
+            let _ = control::send(CONTROL_FD, control::READY, 0, 0, &[]);
+            std::process::exit(0);
+        }
+    }
+
+    #[test]
+    #[ignore = "a fake zygote, started by the tests below"]
+    fn fake_refusing_forks() {
+        if !started_as_zygote() {
+            return;
+        }
+        let _ = control::send(CONTROL_FD, control::READY, 0, 0, &[]);
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: reads into our own buffer; the sockets a FORK passes are discarded.
+            let n = unsafe { libc::recv(CONTROL_FD, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n <= 0 {
+                std::process::exit(0);
+            }
+            if control::parse(&buf[..n as usize]).0 == control::FORK {
+                let _ = control::send(CONTROL_FD, control::FORK_FAILED, 0, libc::EAGAIN, &[]);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn each_way_a_zygote_fails_to_start_has_its_kind() {
+        let limits = Limits::default();
+        let missing = ZygoteCommand {
+            program: "/nonexistent/zygote".into(),
+            args: Vec::new(),
+        };
+        let spawn = Zygote::start(&missing, limits).await.err();
+        assert!(
+            matches!(&spawn, Some(EngineError::Zygote(ZygoteError::Spawn { source, .. })) if source.kind() == std::io::ErrorKind::NotFound),
+            "{spawn:?}"
+        );
+        let failed = Zygote::start(&fake("failing_boot"), limits).await.err();
+        assert!(
+            matches!(&failed, Some(EngineError::Zygote(ZygoteError::Failed(words))) if words == "no Pyodide here"),
+            "{failed:?}"
+        );
+        let killed = Zygote::start(&fake("killed"), limits).await.err();
+        assert!(
+            matches!(&killed, Some(EngineError::Zygote(ZygoteError::Exited { status: Some(s) })) if s.signal() == Some(libc::SIGKILL)),
+            "{killed:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_way_a_fork_fails_has_its_kind() {
+        let no_tools = || Arc::new(crate::bridge::NoTools);
+        let zygote = Zygote::start(&fake("refusing_forks"), Limits::default())
+            .await
+            .expect("the fake zygote says it is ready");
+        let refused = zygote.fork(no_tools(), None, None).await.err();
+        assert!(
+            matches!(&refused, Some(EngineError::Fork(ForkError::Fork(e))) if e.raw_os_error() == Some(libc::EAGAIN)),
+            "{refused:?}"
+        );
+
+        let zygote = Zygote::start(&fake("exiting_when_ready"), Limits::default())
+            .await
+            .expect("the fake zygote says it is ready");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while zygote.is_alive() {
+            assert!(Instant::now() < deadline, "the fake zygote is still there");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let gone = zygote.fork(no_tools(), None, None).await.err();
+        assert!(
+            matches!(&gone, Some(EngineError::Fork(ForkError::ZygoteExited))),
+            "{gone:?}"
+        );
     }
 }

@@ -9,7 +9,8 @@
 use super::{child, control, prefault};
 use crate::bridge::{IdleWarmUp, SharedOutput};
 use crate::engine::isolate::{self, Prepared};
-use crate::engine::{code_cache, compiled_wasm, Limits, SandboxConfig};
+use crate::engine::{code_cache, compiled_wasm, EngineError, Limits, SandboxConfig};
+use deno_core::error::CoreError;
 use deno_core::v8;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -49,13 +50,52 @@ pub struct CompiledCode {
     pub js: Vec<u8>,
 }
 
+/// Why the zygote's sandbox did not come up, or stopped serving: told to the server in words
+/// (BOOT_FAILED: they cross a process boundary), and returned to the build by
+/// [`make_compiled_code`].
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// The system refused the zygote something it needs (`what`: "access to /dev/null").
+    #[error("the system refused the zygote {what}")]
+    System {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The thread inflating the snapshot panicked.
+    #[error("inflating the snapshot failed")]
+    Inflate,
+    /// Making its sandbox failed as any sandbox's boot can (entropy, Pyodide, its heap).
+    #[error(transparent)]
+    Sandbox(#[from] EngineError),
+    #[error("the sandbox's JavaScript did not load")]
+    Load(#[source] CoreError),
+    /// Its event loop ended (with JavaScript's error, when there was one) while `when`.
+    #[error("the sandbox ended while {when}")]
+    Ended {
+        when: &'static str,
+        #[source]
+        source: Option<CoreError>,
+    },
+    /// V8 kept no optimized code of Pyodide's module to serialize.
+    #[error("V8 serialized no optimized code of Pyodide's module")]
+    NoCompiledCode,
+    /// V8 made no code cache of one of the JS modules (its path).
+    #[error("V8 made no code cache of {module}")]
+    NoCodeCache { module: &'static str },
+    /// The control socket to the server failed.
+    #[error("the control socket failed")]
+    Control(#[source] std::io::Error),
+}
+
 /// The zygote's main: never returns. Call before any thread exists.
 pub fn run(options: ZygoteOptions) -> ! {
     let code = match serve(options) {
         Ok(()) => 0,
         Err(e) => {
-            let _ = control::send(CONTROL_FD, control::BOOT_FAILED, 0, 0, e.as_bytes());
-            tracing::error!("sandbox zygote: {e}");
+            let words = crate::Chain(&e).to_string();
+            let _ = control::send(CONTROL_FD, control::BOOT_FAILED, 0, 0, words.as_bytes());
+            tracing::error!("sandbox zygote: {words}");
             1
         }
     };
@@ -89,7 +129,7 @@ fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
 struct Boot {
     js: deno_core::JsRuntime,
     parts: isolate::Parts,
-    evaluated: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>>>>,
+    evaluated: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CoreError>>>>,
     warm: Rc<IdleWarmUp>,
 }
 
@@ -100,7 +140,7 @@ fn boot(
     options: ZygoteOptions,
     rt: &tokio::runtime::Runtime,
     platform: &v8::SharedRef<v8::Platform>,
-) -> Result<Boot, String> {
+) -> Result<Boot, BootError> {
     let _entered = rt.enter();
     // The snapshot inflates on a thread of its own (joined below, long before any fork) while
     // this one makes Pyodide's module from the compiled code, in an isolate of its own.
@@ -123,7 +163,7 @@ fn boot(
     let snapshot = match inflating.map(std::thread::JoinHandle::join) {
         None => None,
         Some(Ok(snapshot)) => Some(snapshot),
-        Some(Err(_)) => return Err("inflating the snapshot failed".to_owned()),
+        Some(Err(_)) => return Err(BootError::Inflate),
     };
     let mut config = SandboxConfig::new(options.limits, snapshot);
     config.warm_up = true;
@@ -131,20 +171,24 @@ fn boot(
         parts,
         state,
         ready_rx,
-    } = isolate::prepare(config, None).map_err(|e| e.to_string())?;
+    } = isolate::prepare(config, None)?;
     let mut js = isolate::create_runtime(state, &parts.fate, options.compiled_js);
     let warm = Rc::new(IdleWarmUp::default());
     js.op_state().borrow_mut().put(warm.clone());
+    let memory_mb = parts.limits.memory_mb;
     let evaluated = rt.block_on(async {
-        let evaluated = Box::pin(isolate::load_main(&mut js).await?);
+        let evaluated = Box::pin(isolate::load_main(&mut js).await.map_err(BootError::Load)?);
         let fate = parts.fate.clone();
         tokio::select! {
-            ready = isolate::wait_ready(ready_rx, &fate) => ready.map_err(|e| e.to_string())?,
+            ready = isolate::wait_ready(ready_rx, &fate, memory_mb) => ready?,
             ended = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(platform), cx)) => {
-                return Err(format!("the sandbox ended while booting: {ended:?}"));
+                if fate.heap_exhausted.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(EngineError::heap_exhausted(memory_mb).into());
+                }
+                return Err(BootError::Ended { when: "booting", source: ended.err() });
             }
         }
-        Ok::<_, String>(evaluated)
+        Ok::<_, BootError>(evaluated)
     })?;
     Ok(Boot {
         js,
@@ -160,12 +204,15 @@ fn boot(
 /// that loop again (~0.2 s of a cold start) or parsing and compiling the JS it runs (~40 ms).
 /// V8 takes such code only in a process with the same V8, flags and CPU, so this sets the
 /// zygote's flags for this process: call it in a process of its own, before any isolate exists.
-pub fn make_compiled_code(snapshot: crate::engine::Snapshot) -> Result<CompiledCode, String> {
+pub fn make_compiled_code(snapshot: crate::engine::Snapshot) -> Result<CompiledCode, BootError> {
     let platform = init_v8_forkable();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .map_err(|e| format!("tokio: {e}"))?;
+        .map_err(|source| BootError::System {
+            what: "a runtime",
+            source,
+        })?;
     let mut boot = boot(
         ZygoteOptions {
             limits: Limits::default(),
@@ -177,20 +224,22 @@ pub fn make_compiled_code(snapshot: crate::engine::Snapshot) -> Result<CompiledC
         &rt,
         &platform,
     )?;
-    let wasm = compiled_wasm::serialize(&mut boot.js)
-        .ok_or_else(|| "V8 serialized no optimized code of Pyodide's module".to_owned())?;
-    let js = code_cache::make(&mut boot.js)?;
+    let wasm = compiled_wasm::serialize(&mut boot.js).ok_or(BootError::NoCompiledCode)?;
+    let js = code_cache::make(&mut boot.js).map_err(|module| BootError::NoCodeCache { module })?;
     Ok(CompiledCode { wasm, js })
 }
 
-fn serve(options: ZygoteOptions) -> Result<(), String> {
+fn serve(options: ZygoteOptions) -> Result<(), BootError> {
     // SAFETY: attribute changes of this process only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     let devnull = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/null")
-        .map_err(|e| format!("/dev/null: {e}"))?;
+        .map_err(|source| BootError::System {
+            what: "access to /dev/null",
+            source,
+        })?;
     enter_empty_namespaces();
     let platform = init_v8_forkable();
     // Time only: an I/O driver here would leave descriptors (and tokio's signal pipe) that
@@ -198,7 +247,10 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .map_err(|e| format!("tokio: {e}"))?;
+        .map_err(|source| BootError::System {
+            what: "a runtime",
+            source,
+        })?;
     let _entered = rt.enter();
     let (limits, warm_up) = (options.limits, options.warm_up);
     let Boot {
@@ -207,7 +259,8 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
         evaluated,
         warm,
     } = boot(options, &rt, &platform)?;
-    control::send(CONTROL_FD, control::READY, 0, 0, &[]).map_err(|e| e.to_string())?;
+    control::send(CONTROL_FD, control::READY, 0, 0, &[])
+        .map_err(|e| BootError::Control(e.into()))?;
     tracing::debug!("sandbox zygote ready");
 
     let mut booted = Some(child::Booted {
@@ -218,10 +271,15 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
     });
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
-    mask.thread_block()
-        .map_err(|e| format!("sigprocmask: {e}"))?;
+    mask.thread_block().map_err(|e| BootError::System {
+        what: "a change to its signal mask",
+        source: e.into(),
+    })?;
     let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| format!("signalfd: {e}"))?;
+        .map_err(|e| BootError::System {
+            what: "a signalfd",
+            source: e.into(),
+        })?;
     let mut live: HashSet<i32> = HashSet::new();
     let own_pid = std::process::id() as i32;
     let mut warming = Warming::new(warm_up);
@@ -311,7 +369,7 @@ fn serve(options: ZygoteOptions) -> Result<(), String> {
                     (msg.bytes, received)
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(format!("control socket: {e}")),
+                Err(e) => return Err(BootError::Control(e.into())),
             };
         if n == 0 {
             // The server is gone: so are its executions.
@@ -469,7 +527,7 @@ impl Warming {
         rt: &tokio::runtime::Runtime,
         booted: &mut child::Booted,
         warm: &IdleWarmUp,
-    ) -> Result<(), String> {
+    ) -> Result<(), BootError> {
         let child::Booted { js, platform, .. } = booted;
         let started = Instant::now();
         if self.stage == Stage::Settle {
@@ -495,7 +553,12 @@ impl Warming {
             if warm.asked() > asked {
                 return std::task::Poll::Ready(Ok(()));
             }
-            polled.map(|ended| Err(format!("the sandbox ended while warming up: {ended:?}")))
+            polled.map(|ended| {
+                Err(BootError::Ended {
+                    when: "warming up",
+                    source: ended.err(),
+                })
+            })
         }))?;
         // What the step printed (its own, never a job's) is forgotten before anything forks.
         js.op_state().borrow().borrow::<SharedOutput>().clear();
@@ -580,6 +643,29 @@ fn vm_data_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_that_does_not_inflate_is_its_own_kind() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // Never initialized: the boot fails before anything uses it.
+        let platform = v8::new_default_platform(0, false).make_shared();
+        let options = ZygoteOptions {
+            limits: Limits::default(),
+            snapshot: Some(Box::new(|| -> crate::engine::Snapshot {
+                panic!("a snapshot that cannot be inflated")
+            })),
+            warm_up: false,
+            compiled_wasm: &[],
+            compiled_js: &[],
+        };
+        assert!(matches!(
+            boot(options, &rt, &platform).err(),
+            Some(BootError::Inflate)
+        ));
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
