@@ -6,14 +6,23 @@
 //! the same `ToolBridge` as `op_tools_call`), output (through the same `SharedOutput` cap as
 //! `op_output_write`) and the memory snapshot.
 //!
-//! A deliberately small HTTP/1.1 server (keep-alive, Content-Length bodies, no chunked requests):
-//! its only client is our own page on 127.0.0.1, and it must not pull a web framework into the
-//! binary. Every bad request gets a status and a sentence saying what is wrong.
+//! Its only client is our own page on 127.0.0.1, which runs untrusted agent code: it listens on
+//! loopback only, every request is capped (the head by hyper, the body at [`MAX_BODY`]) and
+//! every bad request gets a status and a sentence saying what is wrong.
 
 use crate::assets;
 use crate::bridge::memory::MemoryBudget;
 use crate::bridge::{NoTools, SharedOutput, Stream, ToolBridge};
 use crate::engine::{self, Limits, Snapshot};
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, RawQuery, Request};
+use axum::http::{header, request::Parts, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt as _;
+use axum::Router;
+use mcp_code_mode_sandbox::wheels::wheelhouse;
 use parking_lot::Mutex;
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
@@ -21,14 +30,11 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpListener;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// Largest request body accepted (one output batch can carry a single huge `print`).
 const MAX_BODY: usize = 256 << 20;
-/// Largest request head (request line plus headers).
-const MAX_HEAD: usize = 64 << 10;
 /// Web Crypto's own limit for one getRandomValues call; the V8 host's op enforces the same.
 const MAX_ENTROPY: usize = 65536;
 
@@ -83,11 +89,11 @@ impl Session {
 
 type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
 
-/// The running server. Dropping it stops accepting connections.
+/// The running server. Dropping it stops accepting connections; open ones close once idle.
 pub struct Server {
     addr: SocketAddr,
     sessions: Sessions,
-    accept: JoinHandle<()>,
+    _stop: DropGuard,
 }
 
 impl Server {
@@ -95,31 +101,24 @@ impl Server {
     pub async fn start() -> std::io::Result<Server> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
+        // Entropy and output are synchronous XHRs the worker waits on: no Nagle delay on them.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let sessions: Sessions = Arc::default();
-        let accept_sessions = sessions.clone();
-        let accept = tokio::spawn(async move {
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let sessions = accept_sessions.clone();
-                        tokio::spawn(async move {
-                            if let Err(e) = serve_connection(stream, sessions).await {
-                                tracing::debug!("parity http: connection ended: {e}");
-                            }
-                        });
-                    }
-                    Err(e) => {
-                        tracing::warn!("parity http: accept failed: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                }
+        let stop = CancellationToken::new();
+        let serve = axum::serve(listener, router(sessions.clone()))
+            .with_graceful_shutdown(stop.clone().cancelled_owned());
+        tokio::spawn(async move {
+            if let Err(e) = serve.await {
+                tracing::warn!("parity http: the server failed: {e}");
             }
         });
         tracing::debug!("parity http: serving on http://{addr}/");
         Ok(Server {
             addr,
             sessions,
-            accept,
+            _stop: stop.drop_guard(),
         })
     }
 
@@ -141,283 +140,180 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
-struct Request {
-    method: String,
-    path: String,
-    query: String,
-    body: Vec<u8>,
-    close: bool,
-}
-
-struct Response {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
-    /// Pinned files never change within a run: let Chromium cache them between pages.
-    cacheable: bool,
-}
-
-impl Response {
-    fn ok(content_type: &'static str, body: impl Into<Vec<u8>>) -> Response {
-        Response {
-            status: 200,
-            content_type,
-            body: body.into(),
-            cacheable: false,
-        }
-    }
-
-    fn error(status: u16, message: impl Into<String>) -> Response {
-        Response {
-            status,
-            content_type: "text/plain; charset=utf-8",
-            body: message.into().into_bytes(),
-            cacheable: false,
-        }
-    }
-}
-
-async fn serve_connection(stream: TcpStream, sessions: Sessions) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
-    loop {
-        let request = match read_request(&mut reader).await? {
-            Ok(Some(request)) => request,
-            Ok(None) => return Ok(()), // the client closed the connection between requests
-            Err(response) => {
-                write_response(&mut write, &response, true).await?;
-                return Ok(());
-            }
-        };
-        let close = request.close;
-        let response = route(&request, &sessions).await;
-        if response.status >= 400 {
-            tracing::debug!(
-                "parity http: {} {} -> {} {}",
-                request.method,
-                request.path,
-                response.status,
-                String::from_utf8_lossy(&response.body)
-            );
-        }
-        write_response(&mut write, &response, close).await?;
-        if close {
-            return Ok(());
-        }
-    }
-}
-
-/// Reads one request. `Ok(Err(response))` is a malformed request, answered and then closed.
-async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(
-    reader: &mut R,
-) -> std::io::Result<Result<Option<Request>, Response>> {
-    let mut head = Vec::new();
-    loop {
-        let before = head.len();
-        let n = reader.read_until(b'\n', &mut head).await?;
-        if n == 0 {
-            return Ok(if before == 0 {
-                Ok(None)
-            } else {
-                Err(Response::error(400, "the request ended inside its head"))
-            });
-        }
-        if head.len() > MAX_HEAD {
-            return Ok(Err(Response::error(431, "request head larger than 64 KiB")));
-        }
-        if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
-            break;
-        }
-        if head == b"\r\n" || head == b"\n" {
-            head.clear(); // tolerated: a stray blank line between requests
-        }
-    }
-    let Ok(head) = std::str::from_utf8(&head) else {
-        return Ok(Err(Response::error(400, "the request head is not UTF-8")));
-    };
-    let mut lines = head.lines();
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Ok(Err(Response::error(
-            400,
-            format!("malformed request line {request_line:?}"),
-        )));
-    };
-    let mut content_length = 0usize;
-    let mut close = version == "HTTP/1.0";
-    for line in lines.filter(|l| !l.is_empty()) {
-        let Some((name, value)) = line.split_once(':') else {
-            return Ok(Err(Response::error(
-                400,
-                format!("malformed header line {line:?}"),
-            )));
-        };
-        let value = value.trim();
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => match value.parse() {
-                Ok(n) => content_length = n,
-                Err(_) => {
-                    return Ok(Err(Response::error(
-                        400,
-                        format!("Content-Length {value:?} is not a number"),
-                    )))
-                }
-            },
-            "transfer-encoding" => {
-                return Ok(Err(Response::error(
-                    411,
-                    "chunked request bodies are not supported: send Content-Length",
-                )))
-            }
-            "connection" => close = value.eq_ignore_ascii_case("close"),
-            _ => {}
-        }
-    }
-    if content_length > MAX_BODY {
-        return Ok(Err(Response::error(
-            413,
-            format!("request body of {content_length} bytes is larger than {MAX_BODY}"),
-        )));
-    }
-    let mut body = vec![0u8; content_length];
-    reader.read_exact(&mut body).await?;
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    Ok(Ok(Some(Request {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        query: query.to_owned(),
-        body,
-        close,
-    })))
-}
-
-async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
-    write: &mut W,
-    response: &Response,
-    close: bool,
-) -> std::io::Result<()> {
-    let reason = match response.status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        411 => "Length Required",
-        413 => "Payload Too Large",
-        431 => "Request Header Fields Too Large",
-        _ => "Error",
-    };
-    let head = format!(
-        "HTTP/1.1 {} {reason}\r\ncontent-type: {}\r\ncontent-length: {}\r\ncache-control: {}\r\nconnection: {}\r\n\r\n",
-        response.status,
-        response.content_type,
-        response.body.len(),
-        if response.cacheable { "max-age=3600" } else { "no-store" },
-        if close { "close" } else { "keep-alive" },
-    );
-    write.write_all(head.as_bytes()).await?;
-    write.write_all(&response.body).await?;
-    write.flush().await
-}
-
-/// The content type a pinned file must be served with (wasm streaming and module scripts check it).
-fn content_type(name: &str) -> &'static str {
-    match name.rsplit('.').next() {
-        Some("js" | "mjs") => "text/javascript; charset=utf-8",
-        Some("wasm") => "application/wasm",
-        Some("json") => "application/json",
-        Some("zip") => "application/zip",
-        Some("py") => "text/x-python; charset=utf-8",
-        _ => "application/octet-stream",
-    }
-}
-
 /// The page of one run: it only loads main_browser.js, which does the rest.
 const PAGE: &str =
     "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>mcp-code-mode parity</title>\n\
 <script type=\"module\" src=\"/codemode/main_browser.js\"></script></head><body></body></html>\n";
 
-async fn route(request: &Request, sessions: &Sessions) -> Response {
-    let method = request.method.as_str();
-    let path = request.path.as_str();
-    if let Some(name) = path.strip_prefix("/pyodide/") {
-        if method != "GET" {
-            return Response::error(405, format!("{path} is read with GET"));
-        }
-        return match assets::pyodide_file(name) {
-            Some(bytes) => Response {
-                cacheable: true,
-                ..Response::ok(content_type(name), bytes)
-            },
-            None => Response::error(404, format!("no pinned Pyodide file named {name:?}")),
-        };
-    }
-    if let Some(name) = path.strip_prefix("/codemode/") {
-        if method != "GET" {
-            return Response::error(405, format!("{path} is read with GET"));
-        }
-        return match assets::js_file(name) {
-            Some(text) => Response::ok(content_type(name), text),
-            None => Response::error(404, format!("no embedded js/ file named {name:?}")),
-        };
-    }
-    let Some(rest) = path.strip_prefix("/run/") else {
-        return Response::error(
-            404,
-            format!(
-                "nothing at {path}: this server serves /pyodide/, /codemode/ and /run/<token>/"
-            ),
-        );
-    };
-    let (token, endpoint) = rest.split_once('/').unwrap_or((rest, ""));
-    let Some(session) = sessions.lock().get(token).cloned() else {
-        return Response::error(404, format!("no parity run with token {token:?}"));
-    };
-    let house = mcp_code_mode_sandbox::wheels::wheelhouse();
-    let wheel_name = std::str::from_utf8(&request.body).ok();
-    match (method, endpoint) {
-        ("GET", "") => Response::ok("text/html; charset=utf-8", PAGE),
-        ("GET", "settings") => Response::ok("application/json", session.settings_json.clone()),
-        ("GET", "snapshot") => match &session.snapshot {
-            Some(bytes) => Response::ok("application/octet-stream", bytes.as_slice()),
-            None => Response::error(404, "this run boots without a memory snapshot"),
-        },
-        ("GET", "entropy") => entropy(&session, &request.query),
-        ("GET", "catalog") => Response::ok("application/json", session.tools.catalog_index()),
+const JSON: &str = "application/json";
+const BYTES: &str = "application/octet-stream";
+
+fn router(sessions: Sessions) -> Router {
+    Router::new()
+        .route("/pyodide/{*name}", get(pyodide_file))
+        .route("/codemode/{*name}", get(js_file))
+        .route("/run/{token}/", get(|_: Run| async { Html(PAGE) }))
+        .route(
+            "/run/{token}/settings",
+            get(|Run(s): Run| async move { typed(JSON, s.settings_json.clone()) }),
+        )
+        .route(
+            "/run/{token}/snapshot",
+            get(|Run(s): Run| async move {
+                match &s.snapshot {
+                    Some(bytes) => Ok(typed(BYTES, bytes.to_vec())),
+                    None => Err(refuse(404, "this run boots without a memory snapshot")),
+                }
+            }),
+        )
+        .route(
+            "/run/{token}/entropy",
+            get(|Run(s): Run, RawQuery(query): RawQuery| async move {
+                entropy(&s, query.as_deref().unwrap_or_default()).map(|b| typed(BYTES, b))
+            }),
+        )
+        .route(
+            "/run/{token}/catalog",
+            get(|Run(s): Run| async move { typed(JSON, s.tools.catalog_index()) }),
+        )
         // The server's name as the body: a name is any string, and a body needs no escaping.
-        ("POST", "server-tools") => Response::ok(
-            "application/json",
-            session.tools.server_tools(&request.body),
-        ),
-        ("POST", "tool") => tool_call(&session, &request.body).await,
-        ("GET", "wheel-lock") => Response::ok("application/json", house.lock_json()),
-        ("POST", "wheel-index") => match wheel_name.and_then(|n| house.directory(n)) {
-            Some(directory) => Response::ok("application/json", directory.index_json().to_owned()),
-            None => Response::error(404, "no such wheel in the wheelhouse"),
-        },
-        ("POST", "wheel-files") => match wheel_name.and_then(|n| house.unpacked(n)) {
-            Some(bytes) => Response::ok("application/octet-stream", bytes),
-            None => Response::error(404, "no such wheel in the wheelhouse"),
-        },
-        ("POST", "output") => output(&session, &request.body),
-        (
-            _,
-            "" | "settings" | "snapshot" | "entropy" | "catalog" | "server-tools" | "tool"
-            | "output" | "wheel-lock" | "wheel-index" | "wheel-files",
-        ) => Response::error(405, format!("{method} is not allowed on {path}")),
-        _ => Response::error(404, format!("no endpoint {endpoint:?} in a parity run")),
+        .route(
+            "/run/{token}/server-tools",
+            post(
+                |Run(s): Run, body: Bytes| async move { typed(JSON, s.tools.server_tools(&body)) },
+            ),
+        )
+        .route("/run/{token}/tool", post(tool_call))
+        .route(
+            "/run/{token}/output",
+            post(|Run(s): Run, body: Bytes| async move { output(&s, &body).map(|()| "") }),
+        )
+        .route(
+            "/run/{token}/wheel-lock",
+            get(|_: Run| async move { typed(JSON, wheelhouse().lock_json()) }),
+        )
+        .route(
+            "/run/{token}/wheel-index",
+            post(|_: Run, body: Bytes| async move {
+                let directory = wheel_name(&body).and_then(|n| wheelhouse().directory(n));
+                let index = directory.map(|d| typed(JSON, d.index_json().to_owned()));
+                index.ok_or_else(no_wheel)
+            }),
+        )
+        .route(
+            "/run/{token}/wheel-files",
+            post(|_: Run, body: Bytes| async move {
+                let bytes = wheel_name(&body).and_then(|n| wheelhouse().unpacked(n));
+                bytes.map(|b| typed(BYTES, b)).ok_or_else(no_wheel)
+            }),
+        )
+        .fallback(|uri: Uri| async move {
+            refuse(
+                404,
+                format!(
+                    "nothing at {}: this server serves /pyodide/, /codemode/ and /run/<token>/",
+                    uri.path()
+                ),
+            )
+        })
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            refuse(405, format!("{method} is not allowed on {}", uri.path()))
+        })
+        // Bodies without a Content-Length (chunked) are cut off here, as they are read.
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(guard))
+        .with_state(sessions)
+}
+
+/// Refuses a body whose Content-Length is over the cap before any of it is read, and keeps
+/// Chromium from caching what is not a pinned file (entropy above all: each answer differs).
+async fn guard(request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > MAX_BODY as u64) {
+        let message = format!("request body of {n} bytes is larger than {MAX_BODY}");
+        return refuse(413, message).into_response();
+    }
+    let mut response = next.run(request).await;
+    response
+        .headers_mut()
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A refused request: its status and a sentence saying what is wrong.
+struct Refusal(StatusCode, String);
+
+fn refuse(status: u16, message: impl Into<String>) -> Refusal {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    Refusal(status, message.into())
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        tracing::debug!("parity http: {}: {}", self.0, self.1);
+        (self.0, self.1).into_response()
     }
 }
 
-fn entropy(session: &Session, query: &str) -> Response {
+fn typed(content_type: &'static str, body: impl Into<Body>) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body.into()).into_response()
+}
+
+/// The run a `/run/{token}/…` request belongs to.
+struct Run(Arc<Session>);
+
+impl FromRequestParts<Sessions> for Run {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut Parts, sessions: &Sessions) -> Result<Run, Refusal> {
+        let Path(token) = Path::<String>::from_request_parts(parts, sessions)
+            .await
+            .map_err(|e| refuse(400, e.body_text()))?;
+        let session = sessions.lock().get(&token).cloned();
+        session
+            .map(Run)
+            .ok_or_else(|| refuse(404, format!("no parity run with token {token:?}")))
+    }
+}
+
+async fn pyodide_file(Path(name): Path<String>) -> Result<Response, Refusal> {
+    let bytes = assets::pyodide_file(&name)
+        .ok_or_else(|| refuse(404, format!("no pinned Pyodide file named {name:?}")))?;
+    // Pinned files never change within a run: let Chromium cache them between pages.
+    let headers = [
+        (header::CONTENT_TYPE, content_type(&name)),
+        (header::CACHE_CONTROL, "max-age=3600"),
+    ];
+    Ok((headers, bytes).into_response())
+}
+
+async fn js_file(Path(name): Path<String>) -> Result<Response, Refusal> {
+    let text = assets::js_file(&name)
+        .ok_or_else(|| refuse(404, format!("no embedded js/ file named {name:?}")))?;
+    Ok(typed(content_type(&name), text))
+}
+
+/// Streaming compile wants `application/wasm`; module scripts want a JavaScript type (and are
+/// always read as UTF-8, whatever the charset says).
+fn content_type(name: &str) -> &'static str {
+    mime_guess::from_path(name)
+        .first_raw()
+        .unwrap_or("application/octet-stream")
+}
+
+fn wheel_name(body: &[u8]) -> Option<&str> {
+    std::str::from_utf8(body).ok()
+}
+
+fn no_wheel() -> Refusal {
+    refuse(404, "no such wheel in the wheelhouse")
+}
+
+fn entropy(session: &Session, query: &str) -> Result<Vec<u8>, Refusal> {
     let n = query
         .split('&')
         .find_map(|pair| pair.strip_prefix("n="))
@@ -426,28 +322,26 @@ fn entropy(session: &Session, query: &str) -> Response {
         Some(n) if (1..=MAX_ENTROPY).contains(&n) => {
             let mut bytes = vec![0u8; n];
             session.entropy.lock().fill_bytes(&mut bytes);
-            Response::ok("application/octet-stream", bytes)
+            Ok(bytes)
         }
-        _ => Response::error(
+        _ => Err(refuse(
             400,
             format!("entropy wants ?n=N with N from 1 to {MAX_ENTROPY}, got {query:?}"),
-        ),
+        )),
     }
 }
 
-async fn tool_call(session: &Session, body: &[u8]) -> Response {
-    let call: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => return Response::error(400, format!("tool call body is not JSON: {e}")),
-    };
+async fn tool_call(Run(session): Run, body: Bytes) -> Result<Response, Refusal> {
+    let call: Value = serde_json::from_slice(&body)
+        .map_err(|e| refuse(400, format!("tool call body is not JSON: {e}")))?;
     let field = |name: &str| call.get(name).and_then(Value::as_str).map(str::to_owned);
     let (Some(server), Some(tool), Some(arguments)) =
         (field("server"), field("tool"), field("arguments_json"))
     else {
-        return Response::error(
+        return Err(refuse(
             400,
             "tool call body must be {\"server\": str, \"tool\": str, \"arguments_json\": str}",
-        );
+        ));
     };
     let envelope = session
         .tools
@@ -458,33 +352,34 @@ async fn tool_call(session: &Session, body: &[u8]) -> Response {
             &session.budget,
         )
         .await;
-    Response::ok("application/json", envelope)
+    Ok(typed(JSON, envelope))
 }
 
 /// Output batches: repeated `[stream: u8][length: u32 LE][bytes]`, stream 1 stdout, 2 stderr.
-fn output(session: &Session, mut body: &[u8]) -> Response {
+fn output(session: &Session, mut body: &[u8]) -> Result<(), Refusal> {
     while !body.is_empty() {
         if body.len() < 5 {
-            return Response::error(400, "output batch ends inside a chunk header");
+            return Err(refuse(400, "output batch ends inside a chunk header"));
         }
         let stream = match body[0] {
             1 => Stream::Stdout,
             2 => Stream::Stderr,
-            other => return Response::error(400, format!("no output stream {other}")),
+            other => return Err(refuse(400, format!("no output stream {other}"))),
         };
         let len = u32::from_le_bytes([body[1], body[2], body[3], body[4]]) as usize;
         let Some(bytes) = body.get(5..5 + len) else {
-            return Response::error(400, "output batch ends inside a chunk");
+            return Err(refuse(400, "output batch ends inside a chunk"));
         };
         session.output.write(stream, bytes);
         body = &body[5 + len..];
     }
-    Response::ok("text/plain; charset=utf-8", "")
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn settings() -> RunSettings {
         RunSettings {
@@ -497,46 +392,6 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn parses_keep_alive_requests_and_rejects_chunked_ones() {
-        let raw = b"POST /a?x=1 HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nConnection: close\r\n\r\n";
-        let mut reader = BufReader::new(&raw[..]);
-        let first = read_request(&mut reader)
-            .await
-            .unwrap()
-            .ok()
-            .flatten()
-            .unwrap();
-        assert_eq!(
-            (
-                first.method.as_str(),
-                first.path.as_str(),
-                first.query.as_str()
-            ),
-            ("POST", "/a", "x=1")
-        );
-        assert_eq!((first.body.as_slice(), first.close), (&b"abc"[..], false));
-        let second = read_request(&mut reader)
-            .await
-            .unwrap()
-            .ok()
-            .flatten()
-            .unwrap();
-        assert!(second.close);
-        assert!(read_request(&mut reader)
-            .await
-            .unwrap()
-            .ok()
-            .unwrap()
-            .is_none());
-
-        let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
-        let rejected = read_request(&mut BufReader::new(&chunked[..]))
-            .await
-            .unwrap();
-        assert_eq!(rejected.err().map(|r| r.status), Some(411));
-    }
-
     #[test]
     fn entropy_is_the_v8_hosts_seeded_stream_and_checks_its_size() {
         let session = Session::new(&settings()).unwrap();
@@ -544,10 +399,10 @@ mod tests {
         engine::entropy_source(Some(7))
             .unwrap()
             .fill_bytes(&mut want);
-        assert_eq!(entropy(&session, "n=8").body, want);
-        assert_eq!(entropy(&session, "n=0").status, 400);
-        assert_eq!(entropy(&session, "n=65537").status, 400);
-        assert_eq!(entropy(&session, "").status, 400);
+        assert_eq!(entropy(&session, "n=8").ok().unwrap(), want);
+        for bad in ["n=0", "n=65537", ""] {
+            assert_eq!(entropy(&session, bad).err().unwrap().0, 400, "{bad}");
+        }
     }
 
     #[test]
@@ -562,13 +417,87 @@ mod tests {
             b"def",
         ]
         .concat();
-        assert_eq!(output(&session, &batch).status, 200);
+        assert!(output(&session, &batch).is_ok());
         let captured = session.output.captured();
         assert!(captured
             .stdout
             .starts_with("abcd\n[mcp-code-mode: stdout truncated: 2 more bytes"));
         assert_eq!(captured.stderr, "e");
-        assert_eq!(output(&session, &[1, 9, 0, 0, 0, b'x']).status, 400);
-        assert_eq!(output(&session, &[3, 0, 0, 0, 0]).status, 400);
+        assert_eq!(
+            output(&session, &[1, 9, 0, 0, 0, b'x']).err().unwrap().0,
+            400
+        );
+        assert_eq!(output(&session, &[3, 0, 0, 0, 0]).err().unwrap().0, 400);
+    }
+
+    /// One request over a fresh connection; the whole answer (head and body) as text.
+    async fn exchange(server: &Server, request: &str) -> String {
+        let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn serves_the_page_its_files_and_refuses_what_it_must() {
+        let server = Server::start().await.unwrap();
+        assert!(server.addr.ip().is_loopback());
+        let session = server.open_session(&settings()).unwrap();
+        let run = format!("/run/{}", session.token);
+        let get_request =
+            |path: &str| format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+
+        let page = exchange(&server, &get_request(&format!("{run}/"))).await;
+        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        assert!(
+            page.contains("content-type: text/html; charset=utf-8\r\n"),
+            "{page}"
+        );
+        assert!(page.contains("cache-control: no-store\r\n"), "{page}");
+        assert!(page.ends_with(PAGE), "{page}");
+
+        // Chromium compiles wasm as it streams in only when it is served as application/wasm.
+        let wasm =
+            "HEAD /pyodide/pyodide.asm.wasm HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+        let wasm = exchange(&server, wasm).await;
+        assert!(wasm.starts_with("HTTP/1.1 200"), "{wasm}");
+        assert!(
+            wasm.contains("content-type: application/wasm\r\n"),
+            "{wasm}"
+        );
+        assert!(wasm.contains("cache-control: max-age=3600\r\n"), "{wasm}");
+
+        let script = exchange(&server, &get_request("/codemode/main_browser.js")).await;
+        assert!(
+            script.contains("content-type: text/javascript\r\n"),
+            "{script}"
+        );
+
+        let entropy = exchange(&server, &get_request(&format!("{run}/entropy?n=70000"))).await;
+        assert!(entropy.starts_with("HTTP/1.1 400"), "{entropy}");
+
+        // A body over the cap is refused from its Content-Length, before a byte of it is read.
+        let huge = format!(
+            "POST {run}/output HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            MAX_BODY + 1
+        );
+        let refused = exchange(&server, &huge).await;
+        assert!(refused.starts_with("HTTP/1.1 413"), "{refused}");
+        assert!(
+            refused.ends_with(&format!("larger than {MAX_BODY}")),
+            "{refused}"
+        );
+
+        let wrong_method = exchange(&server, &get_request(&format!("{run}/output"))).await;
+        assert!(wrong_method.starts_with("HTTP/1.1 405"), "{wrong_method}");
+        assert!(wrong_method.ends_with(&format!("GET is not allowed on {run}/output")));
+        let nothing = exchange(&server, &get_request("/etc/passwd")).await;
+        assert!(nothing.starts_with("HTTP/1.1 404"), "{nothing}");
+        let closed = exchange(&server, &get_request("/run/0123/settings")).await;
+        assert!(closed.starts_with("HTTP/1.1 404"), "{closed}");
+        server.close_session(&session);
+        let closed = exchange(&server, &get_request(&format!("{run}/settings"))).await;
+        assert!(closed.contains("no parity run with token"), "{closed}");
     }
 }
