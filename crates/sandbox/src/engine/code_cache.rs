@@ -16,21 +16,14 @@
 use deno_core::{v8, JsRuntime};
 use sha2::{Digest, Sha256};
 
-/// The modules a sandbox loads (paths of their `file:` specifiers, as `EmbeddedModules`
-/// serves them), with their sources.
-fn modules() -> [(&'static str, Option<&'static str>); 5] {
-    use crate::assets::{js_file, pyodide_module};
-    [
-        ("/codemode/main_deno.js", js_file("main_deno.js")),
-        ("/codemode/host_deno.js", js_file("host_deno.js")),
-        ("/codemode/runner.js", js_file("runner.js")),
-        ("/pyodide/pyodide.mjs", pyodide_module("pyodide.mjs")),
-        (
-            "/pyodide/pyodide.asm.mjs",
-            pyodide_module("pyodide.asm.mjs"),
-        ),
-    ]
-}
+/// The modules a sandbox loads, by the paths of their `file:` specifiers.
+const MODULES: [&str; 5] = [
+    "/codemode/main_deno.js",
+    "/codemode/host_deno.js",
+    "/codemode/runner.js",
+    "/pyodide/pyodide.mjs",
+    "/pyodide/pyodide.asm.mjs",
+];
 
 fn source_hash(source: &str) -> [u8; 32] {
     Sha256::digest(source.as_bytes()).into()
@@ -41,8 +34,8 @@ fn source_hash(source: &str) -> [u8; 32] {
 /// Fails with the path of a module V8 made no cache of.
 pub(crate) fn make(js: &mut JsRuntime) -> Result<Vec<u8>, &'static str> {
     let mut out = Vec::new();
-    for (path, source) in modules() {
-        let source = source.ok_or(path)?;
+    for path in MODULES {
+        let source = super::isolate::embedded_module(path).ok_or(path)?;
         deno_core::scope!(scope, js);
         let (Some(name), Some(text)) = (
             v8::String::new(scope, &format!("file://{path}")),

@@ -420,6 +420,17 @@ pub(super) enum Phase {
     Idle,
 }
 
+/// The source of the embedded module at `path` (of a `file:` specifier), if there is one.
+pub(super) fn embedded_module(path: &str) -> Option<&'static str> {
+    if let Some(name) = path.strip_prefix("/codemode/") {
+        assets::js_file(name).filter(|_| name.ends_with(".js"))
+    } else if let Some(name) = path.strip_prefix("/pyodide/") {
+        assets::pyodide_module(name)
+    } else {
+        None
+    }
+}
+
 /// Serves main_deno.js and everything it imports from the binary, each with its code cache
 /// where it has one. Any other specifier is an error.
 struct EmbeddedModules {
@@ -457,15 +468,9 @@ impl ModuleLoader for EmbeddedModules {
         _options: deno_core::ModuleLoadOptions,
     ) -> ModuleLoadResponse {
         let path = specifier.path();
-        let code = if specifier.scheme() != "file" {
-            None
-        } else if let Some(name) = path.strip_prefix("/codemode/") {
-            assets::js_file(name).filter(|_| name.ends_with(".js"))
-        } else if let Some(name) = path.strip_prefix("/pyodide/") {
-            assets::pyodide_module(name)
-        } else {
-            None
-        };
+        let code = (specifier.scheme() == "file")
+            .then(|| embedded_module(path))
+            .flatten();
         ModuleLoadResponse::Sync(match code {
             Some(code) => Ok(ModuleSource::new(
                 ModuleType::JavaScript,
