@@ -49,13 +49,26 @@ const host = {
 // A wheel's name, encoded once for all its files.
 const wheelNames = new Map();
 
+// Boots Pyodide, from the snapshot if there is one. The snapshot's bytes (31 MB) are dead once
+// restored into wasm memory; in a function of its own, no register of this module's frame (which
+// never ends) keeps them, as one did, and detaching their buffer frees them whoever else holds
+// one. A zygote would otherwise keep them, and every child would get them in its page tables
+// (tests/fork.rs looks for them in a child's memory).
+async function boot() {
+  const snapshot = settings.restoreSnapshot ? ops.op_snapshot_read() : undefined;
+  try {
+    return await bootSandbox(
+      { ...settings, snapshot, indexURL: "/pyodide/", loadPyodide, createPyodideModule },
+      host,
+    );
+  } finally {
+    if (snapshot) snapshot.buffer.transfer(0);
+  }
+}
+
 let pyodide;
 try {
-  const snapshot = settings.restoreSnapshot ? ops.op_snapshot_read() : undefined;
-  pyodide = await bootSandbox(
-    { ...settings, snapshot, indexURL: "/pyodide/", loadPyodide, createPyodideModule },
-    host,
-  );
+  pyodide = await boot();
   if (settings.makeSnapshot) ops.op_snapshot_save(pyodide.makeMemorySnapshot());
 } catch (e) {
   ops.op_sandbox_ready(`Pyodide failed to boot: ${e && e.stack ? e.stack : e}`);

@@ -288,7 +288,7 @@ async fn pyodide_file(Path(name): Path<String>) -> Result<Response, Refusal> {
         (header::CONTENT_TYPE, content_type(&name)),
         (header::CACHE_CONTROL, "max-age=3600"),
     ];
-    Ok((headers, bytes).into_response())
+    Ok((headers, bytes.into_owned()).into_response())
 }
 
 async fn js_file(Path(name): Path<String>) -> Result<Response, Refusal> {

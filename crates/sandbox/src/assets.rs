@@ -6,6 +6,8 @@
 //! exactly these bytes. Embedded bytes live in `static`s: a `const` is copied in once per use.
 //! The memory snapshot is not here: the product's build.rs makes it with this crate.
 
+use std::borrow::Cow;
+
 /// The Pyodide release every sandbox runs.
 pub const PYODIDE_VERSION: &str = "314.0.8";
 
@@ -43,7 +45,13 @@ static PYODIDE_EMBEDDED: [(&str, &[u8], bool); 5] = [
     packed_file!("pyodide.mjs"),
 ];
 
-/// Each boot file once inflated, on first use.
+/// Pyodide's module, the one boot file inflated anew for each reader and never kept: a process
+/// compiles it once, and V8 keeps its own copy of a module's bytes. A second copy would stay in
+/// the zygote and be in every child's page tables (9.4 MB: a fork copies them, an exit frees
+/// them).
+const NOT_KEPT: &str = "pyodide.asm.wasm";
+
+/// The other boot files, each inflated once, on first use.
 static PYODIDE_FILES: [std::sync::OnceLock<Vec<u8>>; 5] = [const { std::sync::OnceLock::new() }; 5];
 
 /// Our JS modules and the Python prelude, by file name under `js/`.
@@ -59,18 +67,20 @@ pub static JS_FILES: [(&str, &str); 5] = [
 ];
 
 /// A pinned Pyodide file by its bare name (`pyodide.asm.wasm`) or its path under the sandbox's
-/// index URL (`/pyodide/pyodide.asm.wasm`).
-pub fn pyodide_file(path: &str) -> Option<&'static [u8]> {
+/// index URL (`/pyodide/pyodide.asm.wasm`): borrowed, except Pyodide's module (see [`NOT_KEPT`]).
+pub fn pyodide_file(path: &str) -> Option<Cow<'static, [u8]>> {
     let name = path.strip_prefix("/pyodide/").unwrap_or(path);
     let i = PYODIDE_EMBEDDED.iter().position(|(n, _, _)| *n == name)?;
     let (_, bytes, packed) = PYODIDE_EMBEDDED[i];
-    if !packed {
-        return Some(bytes);
-    }
-    Some(PYODIDE_FILES[i].get_or_init(|| {
+    let inflate = || {
         lz4_flex::decompress_size_prepended(bytes)
             .unwrap_or_else(|e| panic!("{name} does not inflate ({e}): this binary is damaged"))
-    }))
+    };
+    Some(match (packed, name == NOT_KEPT) {
+        (false, _) => Cow::Borrowed(bytes),
+        (true, true) => Cow::Owned(inflate()),
+        (true, false) => Cow::Borrowed(PYODIDE_FILES[i].get_or_init(inflate)),
+    })
 }
 
 /// A boot file as embedded (packed or not), for the check that the binary holds it once.
@@ -91,9 +101,10 @@ pub fn js_file(name: &str) -> Option<&'static str> {
 /// Pyodide's own ES modules, served as modules rather than as data.
 pub fn pyodide_module(name: &str) -> Option<&'static str> {
     match name {
-        "pyodide.mjs" | "pyodide.asm.mjs" => {
-            pyodide_file(name).and_then(|b| std::str::from_utf8(b).ok())
-        }
+        "pyodide.mjs" | "pyodide.asm.mjs" => match pyodide_file(name)? {
+            Cow::Borrowed(bytes) => std::str::from_utf8(bytes).ok(),
+            Cow::Owned(_) => None,
+        },
         _ => None,
     }
 }

@@ -259,7 +259,7 @@ impl Wheelhouse {
             .ok_or("the embedded wheelhouse lock has no packages")?;
         if let Some(dir) = dir {
             let pyodide_lock: Value = crate::assets::pyodide_file("pyodide-lock.json")
-                .and_then(|b| serde_json::from_slice(b).ok())
+                .and_then(|b| serde_json::from_slice(&b).ok())
                 .unwrap_or(Value::Null);
             let pyodide_files: BTreeMap<&str, &Value> = pyodide_lock["packages"]
                 .as_object()

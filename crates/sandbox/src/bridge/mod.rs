@@ -247,7 +247,7 @@ fn no_such_asset(path: &str) -> JsErrorBox {
 fn op_assets_read(#[string] path: &str) -> Result<Vec<u8>, JsErrorBox> {
     boot_only("op_assets_read")?;
     crate::assets::pyodide_file(path)
-        .map(<[u8]>::to_vec)
+        .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| no_such_asset(path))
 }
 
@@ -256,7 +256,7 @@ fn op_assets_read(#[string] path: &str) -> Result<Vec<u8>, JsErrorBox> {
 fn op_assets_text(#[string] path: &str) -> Result<String, JsErrorBox> {
     boot_only("op_assets_text")?;
     let bytes = crate::assets::pyodide_file(path).ok_or_else(|| no_such_asset(path))?;
-    String::from_utf8(bytes.to_vec()).map_err(|_| no_such_asset(path))
+    String::from_utf8(bytes.into_owned()).map_err(|_| no_such_asset(path))
 }
 
 #[op2(fast)]
@@ -542,7 +542,9 @@ fn op_wasm_cache_module(module: v8::Local<v8::Value>) -> Result<(), JsErrorBox> 
         .map_err(|_| JsErrorBox::type_error("expected a WebAssembly.Module"))?;
     let compiled = module.get_compiled_module();
     // Only Pyodide's pinned module may be shared with other sandboxes.
-    if Some(compiled.get_wire_bytes_ref()) != crate::assets::pyodide_file("pyodide.asm.wasm") {
+    if Some(compiled.get_wire_bytes_ref())
+        != crate::assets::pyodide_file("pyodide.asm.wasm").as_deref()
+    {
         return Err(JsErrorBox::type_error(
             "only Pyodide's pinned wasm module can be cached",
         ));

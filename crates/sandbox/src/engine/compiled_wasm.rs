@@ -77,19 +77,20 @@ pub(crate) fn deserialize(
     platform: &v8::SharedRef<v8::Platform>,
     cache: &'static [u8],
 ) -> bool {
-    let Some(wire) = crate::assets::pyodide_file("pyodide.asm.wasm") else {
-        return false;
-    };
     if cache.is_empty() || crate::bridge::pyodide_module().is_some() {
         return false;
     }
+    // Inflated for this call only: V8 copies the bytes it receives.
+    let Some(wire) = crate::assets::pyodide_file("pyodide.asm.wasm") else {
+        return false;
+    };
     OFFERED.with(|offered| offered.set(cache));
     TAKEN.with(|taken| taken.set(false));
     let made: Rc<RefCell<Option<Option<v8::CompiledWasmModule>>>> = Rc::default();
     {
         let mut compilation = v8::WasmModuleCompilation::new();
         compilation.set_has_compiled_module_bytes();
-        compilation.on_bytes_received(wire);
+        compilation.on_bytes_received(&wire);
         let made = made.clone();
         v8::scope!(scope, isolate);
         let context = v8::Context::new(scope, Default::default());

@@ -38,6 +38,8 @@ struct Region {
     writable: bool,
     /// A file's pages, mapped readable and not writable (code, read-only data).
     read_only_file: bool,
+    /// No file behind it.
+    anonymous: bool,
 }
 
 fn parse_region(line: &str) -> Option<Region> {
@@ -54,6 +56,7 @@ fn parse_region(line: &str) -> Option<Region> {
         end: usize::from_str_radix(end, 16).ok()?,
         writable: perms[0] == b'r' && perms[1] == b'w' && perms[2] != b'x' && perms[3] == b'p',
         read_only_file: perms[0] == b'r' && perms[1] == b'-' && inode != "0",
+        anonymous: inode == "0",
     })
 }
 
@@ -96,12 +99,17 @@ fn read_only_file(r: &Region) -> bool {
 
 /// The writable regions of this process that carry no protection key, from its smaps.
 fn unkeyed_writable_regions() -> Result<Vec<(usize, usize)>, String> {
+    unkeyed_writable(|_| true)
+}
+
+/// [`unkeyed_writable_regions`] of a kind.
+fn unkeyed_writable(of_kind: fn(&Region) -> bool) -> Result<Vec<(usize, usize)>, String> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").map_err(|e| format!("smaps: {e}"))?;
     let mut regions = Vec::new();
     let mut current: Option<Region> = None;
     let mut keyed = false;
     let mut close = |r: Option<Region>, keyed: bool| {
-        if let Some(r) = r.filter(|r| r.writable && !keyed) {
+        if let Some(r) = r.filter(|r| r.writable && !keyed && of_kind(r)) {
             regions.push((r.start, r.end));
         }
     };
@@ -117,6 +125,42 @@ fn unkeyed_writable_regions() -> Result<Vec<(usize, usize)>, String> {
     }
     close(current, keyed);
     Ok(regions)
+}
+
+/// A huge page: 2 MiB on x86-64 and (with 4 KiB pages) arm64.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Has the kernel back each 2 MiB of this process's anonymous writable memory that is wholly
+/// resident (Pyodide's wasm memory above all) by one huge page, where it can. A fork then copies
+/// one page-table entry for it instead of 512, and a child's exit frees one: both are most of
+/// what a fork and an exit cost, and they cost a child's CPU on a busy machine. A child's first
+/// write into one still copies only the 4 KiB page written (the kernel splits a huge page shared
+/// copy-on-write, then copies as before), so what a child owns does not grow. `MADV_COLLAPSE`
+/// (Linux 6.1) leaves the mappings' flags as they are (new memory is still mapped in small pages)
+/// and works whatever the system's transparent-huge-page mode, but `never`; where it fails,
+/// nothing changes. Ranges with a hole are left alone: filling it would grow the zygote.
+/// Returns how many bytes are now backed by huge pages.
+pub fn collapse_resident_memory() -> usize {
+    let Ok(regions) = unkeyed_writable(|r| r.anonymous) else {
+        return 0;
+    };
+    let mut collapsed = 0;
+    let mut resident = vec![0u8; HUGE_PAGE / PAGE];
+    for (start, end) in regions {
+        let mut chunk = start.next_multiple_of(HUGE_PAGE);
+        while chunk + HUGE_PAGE <= end {
+            let at = chunk as *mut libc::c_void;
+            // SAFETY: a range of this process's own mapping; mincore only reports residency, and
+            // MADV_COLLAPSE keeps the contents (it copies them into the huge page).
+            let whole = unsafe { libc::mincore(at, HUGE_PAGE, resident.as_mut_ptr()) == 0 }
+                && resident.iter().all(|page| page & 1 == 1);
+            if whole && unsafe { libc::madvise(at, HUGE_PAGE, libc::MADV_COLLAPSE) } == 0 {
+                collapsed += HUGE_PAGE;
+            }
+            chunk += HUGE_PAGE;
+        }
+    }
+    collapsed
 }
 
 /// The pages a child makes its own before its job (addresses in ascending order).

@@ -538,9 +538,11 @@ impl Warming {
             // 220 → 168 MB RSS).
             // SAFETY: glibc's allocator, called from this process's only thread.
             unsafe { libc::malloc_trim(0) };
-            tracing::trace!(
-                "sandbox zygote: the settling GC took {:?}",
-                started.elapsed()
+            let huge = prefault::collapse_resident_memory();
+            tracing::debug!(
+                "sandbox zygote: the settling GC took {:?}; {} MiB now in huge pages",
+                started.elapsed(),
+                huge >> 20
             );
             self.stage = Stage::Probe;
             return Ok(());
