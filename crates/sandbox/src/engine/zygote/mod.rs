@@ -318,7 +318,17 @@ impl Drop for Zygote {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let mut process = self.process.lock();
         let _ = process.kill();
-        let _ = process.wait();
+        // Reaped on a thread of its own: the kernel takes ~20 ms to free a killed zygote's memory,
+        // which nobody needs to wait for (`run` did, before it could exit). Only that thread reaps
+        // it (a `Child` that is dropped does not), so its pid is not reused under it; a process
+        // that exits first leaves it to init.
+        if let Ok(None) = process.try_wait() {
+            let pid = process.id() as libc::pid_t;
+            let _ = std::thread::Builder::new()
+                .name("zygote-reaper".into())
+                // SAFETY: waits for our own child, which nothing else reaps.
+                .spawn(move || unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) });
+        }
     }
 }
 
