@@ -656,6 +656,7 @@ impl LimitsGiven {
 }
 
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     harden_process();
     // Parsed in two steps so `run` can tell a limit given from its default (see LimitsGiven).
     let parsed = Cli::command()
@@ -877,6 +878,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Kernel-level settings for the whole process, before any thread or child exists.
+/// glibc gives each thread that allocates an arena of its own (up to eight per core), and an
+/// arena seldom gives memory back: with `--sandbox thread` each sandbox's thread took one, and
+/// a server's RSS grew from 424 to 586 MiB over bench row 5's 2,000 executions. With two arenas
+/// it stayed at 306–338 MiB (four: 361–417), and forked sandboxes ran as fast. Set before any
+/// thread exists; `MALLOC_ARENA_MAX` in the environment still decides.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: sets one of glibc's tunables, on the only thread.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    }
+}
+
 fn harden_process() {
     // SAFETY: prctl with these options only changes attributes of this process.
     unsafe {
