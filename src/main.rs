@@ -877,7 +877,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Kernel-level settings for the whole process, before any thread or child exists.
 /// glibc gives each thread that allocates an arena of its own (up to eight per core), and an
 /// arena seldom gives memory back: with `--sandbox thread` each sandbox's thread took one, and
 /// a server's RSS grew from 424 to 586 MiB over bench row 5's 2,000 executions. With two arenas
@@ -891,6 +890,7 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// Kernel-level settings for the whole process, before any thread or child exists.
 fn harden_process() {
     // SAFETY: prctl with these options only changes attributes of this process.
     unsafe {
