@@ -34,12 +34,15 @@ pub enum Policy {
 }
 
 impl Policy {
-    pub fn parse(s: &str) -> Option<Policy> {
-        match s {
-            "allow" => Some(Policy::Allow),
-            "ask" => Some(Policy::Ask),
-            "deny" => Some(Policy::Deny),
-            _ => None,
+    /// The policy a config names, or why `word` is none.
+    pub fn named(word: &str) -> Result<Policy, String> {
+        match word {
+            "allow" => Ok(Policy::Allow),
+            "ask" => Ok(Policy::Ask),
+            "deny" => Ok(Policy::Deny),
+            _ => Err(format!(
+                "unknown policy \"{word}\": use \"allow\", \"ask\" or \"deny\""
+            )),
         }
     }
 
@@ -200,98 +203,13 @@ pub fn check_glob(pattern: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+impl Rule {
+    /// The rule a server's `"policy"` writes as `"pattern": "word"`, or what is wrong with it.
+    pub fn written(pattern: String, word: &str) -> Result<Rule, String> {
+        check_glob(&pattern)?;
+        let policy = Policy::named(word).map_err(|e| format!("tool pattern \"{pattern}\": {e}"))?;
+        Ok(Rule { pattern, policy })
     }
-}
-
-/// Parses a server's `"policy"`: a policy for all its tools, or an object of tool globs.
-pub fn parse_server_policy(value: &Value) -> Result<Vec<Rule>, String> {
-    let policy = |v: &Value| -> Result<Policy, String> {
-        match v {
-            Value::String(s) => Policy::parse(s).ok_or_else(|| {
-                format!("unknown policy \"{s}\": use \"allow\", \"ask\" or \"deny\"")
-            }),
-            other => Err(format!(
-                "expected \"allow\", \"ask\" or \"deny\", got {}",
-                json_kind(other)
-            )),
-        }
-    };
-    match value {
-        Value::String(_) => Ok(vec![Rule {
-            pattern: "*".into(),
-            policy: policy(value)?,
-        }]),
-        Value::Object(rules) => rules
-            .iter()
-            .map(|(pattern, v)| {
-                check_glob(pattern)?;
-                let policy = policy(v).map_err(|e| format!("tool pattern \"{pattern}\": {e}"))?;
-                Ok(Rule {
-                    pattern: pattern.clone(),
-                    policy,
-                })
-            })
-            .collect(),
-        other => Err(format!(
-            "expected a policy (\"allow\", \"ask\", \"deny\") or an object mapping tool names or globs to policies, got {}",
-            json_kind(other)
-        )),
-    }
-}
-
-/// Parses the top-level `"approvals"` object into `approvals` (`unannotated`, `timeout_s`).
-pub fn parse_settings(value: &Value, approvals: &mut Approvals) -> Result<(), String> {
-    let Value::Object(settings) = value else {
-        return Err(format!(
-            "\"approvals\" must be an object with \"unannotated\" and/or \"timeout_s\", got {}",
-            json_kind(value)
-        ));
-    };
-    for (key, value) in settings {
-        match (key.as_str(), value) {
-            ("unannotated", Value::String(s)) => {
-                approvals.unannotated = Policy::parse(s).ok_or_else(|| {
-                    format!("\"approvals\": \"unannotated\": unknown policy \"{s}\": use \"allow\", \"ask\" or \"deny\"")
-                })?
-            }
-            ("timeout_s", Value::Number(n)) => match n.as_f64() {
-                Some(s) if crate::config::timeout_within(s, crate::config::MAX_TIMEOUT_S) => {
-                    approvals.timeout = Duration::from_secs_f64(s)
-                }
-                _ => {
-                    return Err(format!(
-                        "\"approvals\": \"timeout_s\": expected a positive number of seconds (at most 86400), got {n}"
-                    ))
-                }
-            },
-            (key, _) if key.starts_with("//") => {}
-            ("unannotated" | "timeout_s", other) => {
-                return Err(format!(
-                    "\"approvals\": \"{key}\": expected {}, got {}",
-                    if key == "timeout_s" {
-                        "a number of seconds"
-                    } else {
-                        "\"allow\", \"ask\" or \"deny\""
-                    },
-                    json_kind(other)
-                ))
-            }
-            (key, _) => {
-                return Err(format!(
-                "\"approvals\": unknown key \"{key}\" (known: \"unannotated\", \"timeout_s\"; per-tool policies go in each server's \"policy\")"
-            ))
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The catalogue with each tool's policy at the start of its description, made once per listing
@@ -665,10 +583,13 @@ mod tests {
         assert_eq!(a.verdict("s", &bare).policy, Policy::Ask);
         a.unannotated = Policy::Deny;
         assert_eq!(a.verdict("s", &bare).policy, Policy::Deny);
+        let rules = [("*", "deny"), ("write_*", "ask"), ("write_file", "allow")];
         a.servers.insert(
             "s".into(),
-            parse_server_policy(&json!({"*": "deny", "write_*": "ask", "write_file": "allow"}))
-                .unwrap(),
+            rules
+                .into_iter()
+                .map(|(pattern, word)| Rule::written(pattern.into(), word).unwrap())
+                .collect(),
         );
         assert_eq!(a.verdict("s", &destructive).policy, Policy::Allow);
         assert_eq!(a.verdict("s", &ro).policy, Policy::Deny);
@@ -677,24 +598,15 @@ mod tests {
     }
 
     #[test]
-    fn bad_settings_are_named() {
-        let e = parse_server_policy(&json!({"write_*": "maybe"})).unwrap_err();
-        assert!(
-            e.contains("\"write_*\"") && e.contains("unknown policy \"maybe\""),
-            "{e}"
-        );
-        let e = parse_server_policy(&json!(3)).unwrap_err();
-        assert!(e.contains("got a number"), "{e}");
-        let mut a = Approvals::default();
-        let e = parse_settings(&json!({"unannotated": "never"}), &mut a).unwrap_err();
-        assert!(e.contains("unknown policy \"never\""), "{e}");
-        let e = parse_settings(&json!({"timeout": 3}), &mut a).unwrap_err();
-        assert!(e.contains("unknown key \"timeout\""), "{e}");
-        parse_settings(&json!({"unannotated": "allow", "timeout_s": 5}), &mut a).unwrap();
+    fn bad_rules_are_named() {
+        let e = Rule::written("write_*".into(), "maybe").unwrap_err();
         assert_eq!(
-            (a.unannotated, a.timeout),
-            (Policy::Allow, Duration::from_secs(5))
+            e,
+            "tool pattern \"write_*\": unknown policy \"maybe\": use \"allow\", \"ask\" or \"deny\""
         );
+        let e = Rule::written("write_[ab]".into(), "deny").unwrap_err();
+        assert!(e.contains("'['"), "{e}");
+        assert_eq!(Policy::named("deny"), Ok(Policy::Deny));
     }
 
     #[test]
@@ -728,6 +640,29 @@ mod config_tests {
 
     #[test]
     fn config_errors_name_the_file_the_server_and_the_field() {
+        let e =
+            load(r#"{"servers": {"fs": {"command": "x", "policy": {"read_*": 3}}}}"#).unwrap_err();
+        assert!(
+            e.contains("server \"fs\": field \"policy.read_*\": expected \"allow\", \"ask\" or \"deny\", got a number"),
+            "{e}"
+        );
+        let e = load(r#"{"approvals": {"timeout": 3}, "servers": {}}"#).unwrap_err();
+        assert!(
+            e.contains(
+                "\"approvals\": \"timeout\" is not a known field: did you mean \"timeout_s\"?"
+            ),
+            "{e}"
+        );
+        let e = load(r#"{"approvals": {"timeout_s": 0}, "servers": {}}"#).unwrap_err();
+        assert!(
+            e.contains("\"approvals\": \"timeout_s\" must be a positive number of seconds (at most 86400), got 0"),
+            "{e}"
+        );
+        let e = load(r#"{"approvals": ["ask"], "servers": {}}"#).unwrap_err();
+        assert!(
+            e.contains("\"approvals\" must be an object {\"unannotated\": POLICY, \"timeout_s\": SECONDS}, got an array"),
+            "{e}"
+        );
         let e =
             load(r#"{"servers": {"fs": {"command": "x", "policy": {"write_*": "sometimes"}}}}"#)
                 .unwrap_err();

@@ -18,6 +18,7 @@
 //! would silently drop what the user meant. A server we cannot reach at all (the legacy SSE
 //! transport) is kept, with the reason, so a script that calls it is told why.
 
+use crate::approval::{Policy, Rule};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Number, Value};
 use serde_path_to_error::Segment;
@@ -375,16 +376,25 @@ pub fn load_with_env(
         ),
         ..Default::default()
     };
-    if let Some(settings) = &raw.approvals {
-        crate::approval::parse_settings(settings, &mut approvals).map_err(file_error)?;
+    if let Some(Obj(settings)) = raw.approvals {
+        if let Some(word) = settings.unannotated {
+            approvals.unannotated = Policy::named(&word)
+                .map_err(|e| file_error(format!("\"approvals\": \"unannotated\": {e}")))?;
+        }
+        if let Some(s) = checked("approvals.timeout_s", settings.timeout_s, |&s| {
+            timeout_within(s, MAX_TIMEOUT_S).then_some(s)
+        })
+        .map_err(file_error)?
+        {
+            approvals.timeout = Duration::from_secs_f64(s);
+        }
     }
     for (name, entry) in &servers {
         let ctx = Ctx { path, server: name };
         let (server, policy) = parse_server(&ctx, entry, &vars, &base_dir)?;
         parsed.push(server);
         if let Some(policy) = policy {
-            let rules = crate::approval::parse_server_policy(&policy)
-                .map_err(|e| ctx.field_error("policy", e))?;
+            let rules = policy.rules().map_err(|e| ctx.field_error("policy", e))?;
             approvals.servers.insert(name.clone(), rules);
         }
     }
@@ -486,7 +496,9 @@ const SERVER_FIELDS: &[(&str, &str)] = &[
     ("disabled", "true or false"),
     ("timeout_s", "a positive number of seconds (at most 86400)"),
     ("type", "a string"),
-    ("policy", "a policy"),
+    ("policy", "a policy (\"allow\", \"ask\" or \"deny\") or an object mapping tool names \
+        or globs to policies"),
+    ("policy.*", "\"allow\", \"ask\" or \"deny\""),
 ];
 
 /// The same for the file's settings (each server's entry is read on its own, with SERVER_FIELDS).
@@ -498,7 +510,9 @@ const FILE_FIELDS: &[(&str, &str)] = &[
     ("executor", "\"sandbox\" (the default) or \"local\" (a host python3 process per script, \
         not sandboxed)"),
     ("python", "the path (or name on PATH) of a Python 3.10 or later"),
-    ("approvals", "an object"),
+    ("approvals", "an object {\"unannotated\": POLICY, \"timeout_s\": SECONDS}"),
+    ("approvals.unannotated", "\"allow\", \"ask\" or \"deny\""),
+    ("approvals.timeout_s", "a positive number of seconds (at most 86400)"),
     ("packages", "an object {\"wheels\": DIR, \"preload\": [...]}"),
     ("packages.wheels", "a directory (a string)"),
     ("packages.preload", "a list of package names"),
@@ -527,8 +541,7 @@ struct RawFile {
     mcp_servers: Option<serde_json::Map<String, Value>>,
     executor: Option<String>,
     python: Option<String>,
-    /// Read by `approval`, which words its own errors.
-    approvals: Option<Value>,
+    approvals: Option<Obj<RawApprovals>>,
     packages: Option<Obj<RawPackages>>,
     data: Option<Obj<RawData>>,
     sessions: Option<Obj<RawSessions>>,
@@ -551,8 +564,7 @@ struct RawServer {
     description: Option<String>,
     disabled: Option<bool>,
     timeout_s: Option<f64>,
-    /// Read by `approval`, which words its own errors.
-    policy: Option<Value>,
+    policy: Option<RawPolicy>,
     /// Unknown keys: warnings, but for a near miss of a field.
     #[serde(flatten)]
     other: BTreeMap<String, IgnoredAny>,
@@ -567,6 +579,13 @@ struct RawOAuth {
     grant: Option<String>,
     redirect_port: Option<Number>,
     client_metadata_url: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApprovals {
+    unannotated: Option<String>,
+    timeout_s: Option<f64>,
 }
 
 #[derive(serde::Deserialize)]
@@ -637,6 +656,52 @@ impl<'de> Deserialize<'de> for Scopes {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Scopes, A::Error> {
                 Vec::deserialize(de::value::SeqAccessDeserializer::new(items)).map(Scopes)
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
+}
+
+/// A server's `"policy"`: one policy for all its tools, or tool-name globs mapped to policies, in
+/// the file's order. Not `#[serde(untagged)]`, for the reason [`Scopes`] gives.
+enum RawPolicy {
+    All(String),
+    Rules(Vec<(String, String)>),
+}
+
+impl RawPolicy {
+    /// The rules it writes, or what is wrong with one (`approval` knows the words and globs).
+    fn rules(self) -> Result<Vec<Rule>, String> {
+        match self {
+            RawPolicy::All(word) => Ok(vec![Rule {
+                pattern: "*".to_owned(),
+                policy: Policy::named(&word)?,
+            }]),
+            RawPolicy::Rules(rules) => rules
+                .into_iter()
+                .map(|(pattern, word)| Rule::written(pattern, &word))
+                .collect(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RawPolicy {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> Visitor<'de> for Either {
+            type Value = RawPolicy;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a policy")
+            }
+            fn visit_str<E: de::Error>(self, word: &str) -> Result<RawPolicy, E> {
+                Ok(RawPolicy::All(word.to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawPolicy, A::Error> {
+                let mut rules = Vec::new();
+                while let Some(rule) = map.next_entry()? {
+                    rules.push(rule);
+                }
+                Ok(RawPolicy::Rules(rules))
             }
         }
         deserializer.deserialize_any(Either)
@@ -830,13 +895,13 @@ impl Ctx<'_> {
     }
 }
 
-/// Reads one server's entry, and hands back its `"policy"` for `approval` to read.
+/// Reads one server's entry, and hands back its `"policy"` as written.
 fn parse_server(
     ctx: &Ctx,
     entry: &Value,
     vars: &Vars,
     base_dir: &Path,
-) -> Result<(ServerConfig, Option<Value>), ConfigError> {
+) -> Result<(ServerConfig, Option<RawPolicy>), ConfigError> {
     let name = ctx.server;
     if !valid_name(name) {
         return Err(
