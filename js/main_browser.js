@@ -12,7 +12,7 @@
  * worker while the page keeps answering.
  *
  * The worker reaches Rust only through the run's endpoints (relative to the page's URL):
- *   GET  settings        engine::boot_settings: exactly what the V8 host boots with
+ *   GET  settings        engine::BootSettings: exactly what the V8 host boots with
  *   GET  entropy?n=N     N bytes of the run's seeded stream (crypto.getRandomValues, synchronous)
  *   GET  catalog         the tool catalogue's index Python sees (synchronous, like op_tools_catalog)
  *   POST server-tools    one server's tools, the name as the body (like op_tools_server_catalog)

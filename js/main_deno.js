@@ -21,7 +21,7 @@ const ops = globalThis.Deno.core.ops;
 delete globalThis.Deno;
 delete globalThis.__bootstrap;
 if ("Deno" in globalThis || "__bootstrap" in globalThis) throw new Error("could not seal the sandbox's global");
-const settings = JSON.parse(ops.op_sandbox_settings());
+const settings = ops.op_sandbox_settings();
 
 // Strings reach the tool ops as bytes in counted buffers: the ops check a size before they
 // copy anything, and no copy of a script's string escapes the memory budget.

@@ -131,7 +131,13 @@ fn the_outcome_cannot_be_forged_and_boot_ops_close() {
     {
         let state = js.op_state();
         let mut state = state.borrow_mut();
-        state.put(Lifecycle::new("{}".into(), ready_tx, job_rx, outcome_tx));
+        let settings = mcp_code_mode::engine::BootSettings::new(
+            &mcp_code_mode::engine::Limits::default(),
+            None,
+            false,
+            false,
+        );
+        state.put(Lifecycle::new(settings, ready_tx, job_rx, outcome_tx));
         state.put(Memory(MemoryBudget::new(1 << 20)));
     }
     let probe = r#"

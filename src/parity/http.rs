@@ -66,13 +66,13 @@ impl Session {
         getrandom::fill(&mut token).map_err(|e| format!("no OS entropy for a run token: {e}"))?;
         // Settings and entropy come from the engine's own functions, so the two hosts cannot
         // drift apart: same env and hash seed, same memory cap, same ChaCha20 stream.
-        let settings_json = engine::boot_settings(
+        let settings_json = serde_json::to_string(&engine::BootSettings::new(
             &settings.limits,
             Some(settings.seed),
             settings.snapshot.is_some(),
             false,
-        )
-        .to_string();
+        ))
+        .map_err(|e| format!("the boot settings as JSON: {e}"))?;
         let entropy = engine::entropy_source(Some(settings.seed))
             .map_err(|e| crate::text::Chain(&e).to_string())?;
         Ok(Session {

@@ -3,7 +3,7 @@
 //!
 //! Both hosts load the same `js/runner.js`, the same `js/codemode.py` and the same pinned Pyodide
 //! files, restore the same memory snapshot (or both boot fresh), boot with the same settings
-//! (`engine::boot_settings`: memory cap, Pyodide `env`, hash seed) and draw their randomness from
+//! (`engine::BootSettings`: memory cap, Pyodide `env`, hash seed) and draw their randomness from
 //! the same seeded stream (`engine::entropy_source`). The browser's tool calls come back over a
 //! loopback HTTP endpoint to the same kind of hub the V8 host uses, started fresh for each run
 //! against a freshly emptied scratch folder, so both hosts see the same downstream state. With
@@ -23,14 +23,13 @@ pub use compare::{compare, BrowserFacts, Comparison, FieldDiff, Inherent, Verdic
 
 use crate::bridge::{NoTools, ToolCallRecord, ToolHost};
 use crate::config::{self, Config};
-use crate::engine::{ErrorInfo, Job, Limits, Sandbox, SandboxConfig, Snapshot};
+use crate::engine::{self, ErrorInfo, Job, Limits, Outcome, Sandbox, SandboxConfig, Snapshot};
 use crate::hub::{Hub, ServerState};
 use crate::replay::{
     self, Cassette, MatchMode, Player, RecordDir, RecordedLimits, Recorder, Redactor, RunInfo,
     Script,
 };
 use anyhow::{bail, Context};
-use serde::Deserialize;
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -94,6 +93,43 @@ pub struct HostOutcome {
     pub error: Option<ErrorInfo>,
     /// Milliseconds the job took (boot excluded).
     pub ms: f64,
+}
+
+impl From<Outcome> for HostOutcome {
+    fn from(outcome: Outcome) -> Self {
+        HostOutcome {
+            stdout: outcome.stdout,
+            stderr: outcome.stderr,
+            result: outcome.result,
+            error: outcome.error,
+            ms: outcome.duration_ms,
+        }
+    }
+}
+
+/// A booted Chromium tab, where the engine runs a job as in its own sandboxes.
+struct Tab<'a>(&'a browser::Page);
+
+impl engine::ForeignHost for Tab<'_> {
+    async fn run(&self, job_json: String, timeout: Duration) -> Result<Option<String>, String> {
+        let answer = self
+            .0
+            .evaluate(&format!("codemodeParity.run({job_json})"), timeout)
+            .await;
+        match answer {
+            Ok(Value::String(report)) => Ok(Some(report)),
+            Ok(other) => Err(format!("run() answered {other}, not a report")),
+            Err(browser::BrowserError::Timeout { .. }) => {
+                // The worker is still running the script: stop it so the tab can close.
+                let _ = self
+                    .0
+                    .evaluate("codemodeParity.stop()", Duration::from_secs(5))
+                    .await;
+                Ok(None)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
 }
 
 /// One script's line in the report.
@@ -399,13 +435,6 @@ struct Runner {
     record: Option<RecordDir>,
 }
 
-/// What the prelude reports (codemode.run_job), in both hosts.
-#[derive(Deserialize)]
-struct JobReport {
-    result: Value,
-    error: Option<ErrorInfo>,
-}
-
 impl Runner {
     async fn run_script(&self, path: &Path) -> ScriptReport {
         let name = display_name(path);
@@ -456,13 +485,7 @@ impl Runner {
                     (Some(recorder), Some(record)) => self.save(recorder, record, path, &job),
                     _ => Ok(()),
                 };
-                saved.map(|()| HostOutcome {
-                    stdout: outcome.stdout,
-                    stderr: outcome.stderr,
-                    result: outcome.result,
-                    error: outcome.error,
-                    ms: outcome.duration_ms,
-                })
+                saved.map(|()| HostOutcome::from(outcome))
             }
             Err(e) => Err(crate::text::Chain(&e).to_string()),
         };
@@ -474,9 +497,19 @@ impl Runner {
                 facts = found;
                 let hub = self.fresh_hub(needs_tools).await;
                 session.tools.set_host(tool_host(&hub, &cassette));
-                let outcome = self.run_in_browser(&page, &session, &job).await;
+                let outcome = engine::execute_elsewhere(
+                    &Tab(&page),
+                    &job,
+                    &self.limits,
+                    &session.output,
+                    &session.tools,
+                )
+                .await;
                 stop_hub(hub).await;
-                browser_calls = std::mem::take(&mut *session.tools.calls.lock());
+                let outcome = outcome.map(|outcome| {
+                    browser_calls = outcome.tool_calls.clone();
+                    HostOutcome::from(outcome)
+                });
                 page.close().await;
                 self.server.close_session(&session);
                 outcome
@@ -592,63 +625,6 @@ impl Runner {
         }
     }
 
-    /// Runs the job in the booted tab under the same timeout as the V8 host, and shapes the
-    /// outcome exactly as `Sandbox::execute` does.
-    async fn run_in_browser(
-        &self,
-        page: &browser::Page,
-        session: &http::Session,
-        job: &Job,
-    ) -> Result<HostOutcome, String> {
-        let job_json = serde_json::to_string(job).map_err(|e| e.to_string())?;
-        let started = Instant::now();
-        let answer = page
-            .evaluate(
-                &format!("codemodeParity.run({job_json})"),
-                self.limits.timeout,
-            )
-            .await;
-        let ms = crate::bridge::tools::round_ms(started.elapsed());
-        let (result, error) = match answer {
-            Ok(Value::String(report)) => match serde_json::from_str::<JobReport>(&report) {
-                Ok(r) => (r.result, r.error),
-                Err(e) => (
-                    Value::Null,
-                    Some(runtime_error(format!(
-                        "mcp-code-mode: unreadable report from the sandbox: {e}"
-                    ))),
-                ),
-            },
-            Ok(other) => return Err(format!("run() answered {other}, not a report")),
-            Err(browser::BrowserError::Timeout { .. }) => {
-                // The worker is still running the script: stop it so the tab can close.
-                let _ = page
-                    .evaluate("codemodeParity.stop()", Duration::from_secs(5))
-                    .await;
-                (
-                    Value::Null,
-                    Some(ErrorInfo {
-                        kind: "TimeoutError".into(),
-                        message: format!(
-                            "the script ran longer than its {} limit and was stopped",
-                            crate::engine::human_duration(self.limits.timeout)
-                        ),
-                        traceback: String::new(),
-                    }),
-                )
-            }
-            Err(e) => return Err(e.to_string()),
-        };
-        let captured = session.output.captured();
-        Ok(HostOutcome {
-            stdout: captured.stdout,
-            stderr: captured.stderr,
-            result,
-            error,
-            ms,
-        })
-    }
-
     /// A hub of the configured servers over an emptied scratch folder, when the script needs one.
     async fn fresh_hub(&self, needs_tools: bool) -> Option<Arc<Hub>> {
         let config = self.config.as_ref().filter(|_| needs_tools)?;
@@ -708,14 +684,6 @@ fn str_of(value: &Value, key: &str) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
-}
-
-fn runtime_error(message: String) -> ErrorInfo {
-    ErrorInfo {
-        kind: "RuntimeError".into(),
-        message,
-        traceback: String::new(),
-    }
 }
 
 /// The tools each host called, with success: the same calls must reach the servers. Compared as a

@@ -328,7 +328,7 @@ impl LocalSandbox {
                 traceback: String::new(),
             }),
         };
-        let tool_calls = std::mem::take(&mut *self.tools.calls.lock());
+        let tool_calls = self.tools.take_job_calls();
         shape_outcome(
             report,
             self.output.captured(),

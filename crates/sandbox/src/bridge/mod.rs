@@ -53,8 +53,8 @@ pub struct Clock(pub Instant);
 
 /// The lifecycle channels between the sandbox's JS and the Rust that drives it.
 pub struct Lifecycle {
-    /// JSON read once by main_deno.js: Pyodide's env, the memory cap, the Python prelude.
-    pub settings_json: Option<String>,
+    /// Read once by main_deno.js: Pyodide's env, the memory cap, the Python prelude.
+    pub settings: Option<crate::engine::BootSettings>,
     pub ready: Option<oneshot::Sender<Result<(), String>>>,
     /// The jobs, in order: one for a sandbox that runs one job, several for a session's. Out of
     /// here while `op_sandbox_next_job` waits on it; closed when no job will come.
@@ -71,13 +71,13 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     pub fn new(
-        settings_json: String,
+        settings: crate::engine::BootSettings,
         ready: oneshot::Sender<Result<(), String>>,
         jobs: mpsc::UnboundedReceiver<String>,
         outcomes: mpsc::UnboundedSender<String>,
     ) -> Self {
         Self {
-            settings_json: Some(settings_json),
+            settings: Some(settings),
             ready: Some(ready),
             jobs: Some(jobs),
             outcomes,
@@ -345,12 +345,12 @@ fn op_output_write(
 }
 
 #[op2]
-#[string]
-fn op_sandbox_settings(state: &mut OpState) -> Result<String, JsErrorBox> {
+#[serde]
+fn op_sandbox_settings(state: &mut OpState) -> Result<crate::engine::BootSettings, JsErrorBox> {
     boot_only("op_sandbox_settings")?;
     state
         .borrow_mut::<Lifecycle>()
-        .settings_json
+        .settings
         .take()
         .ok_or_else(|| JsErrorBox::generic("the sandbox's settings were already read"))
 }

@@ -223,7 +223,7 @@ const PARSED_ARGUMENTS_FACTOR: usize = 12;
 #[derive(Clone)]
 pub struct ToolBridge {
     host: Arc<parking_lot::RwLock<Arc<dyn ToolHost>>>,
-    pub calls: Arc<parking_lot::Mutex<Vec<ToolCallRecord>>>,
+    calls: Arc<parking_lot::Mutex<Vec<ToolCallRecord>>>,
     /// Calls started, finished or not: a slot is taken before a call begins, so the cap holds
     /// however many calls run at once.
     started: Arc<std::sync::atomic::AtomicUsize>,

@@ -88,14 +88,16 @@ pub(super) fn prepare(
     let (job_tx, job_rx) = mpsc::unbounded_channel();
     let (outcome_tx, outcome_rx) = mpsc::unbounded_channel();
     let entropy = super::entropy_source(config.seed)?;
-    let mut settings = super::boot_settings(
-        &limits,
-        config.seed,
-        config.snapshot.is_some(),
-        make_snapshot.is_some(),
-    );
-    settings["warmUp"] = config.warm_up.into();
-    let lifecycle = Lifecycle::new(settings.to_string(), ready_tx, job_rx, outcome_tx);
+    let settings = super::BootSettings {
+        warm_up: config.warm_up,
+        ..super::BootSettings::new(
+            &limits,
+            config.seed,
+            config.snapshot.is_some(),
+            make_snapshot.is_some(),
+        )
+    };
+    let lifecycle = Lifecycle::new(settings, ready_tx, job_rx, outcome_tx);
     let shares = MemoryShares::of(limits.memory_mb);
     let budget = MemoryBudget::new(shares.counted);
     Ok(Prepared {

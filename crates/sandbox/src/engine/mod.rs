@@ -32,6 +32,7 @@ use crate::bridge::{SharedOutput, ToolBridge, ToolCallRecord, ToolHost};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -195,28 +196,42 @@ pub fn entropy_source(seed: Option<u64>) -> Result<rand_chacha::ChaCha20Rng, Eng
     })
 }
 
-/// The settings js/runner.js boots with, decided once for every host.
-pub fn boot_settings(
-    limits: &Limits,
-    seed: Option<u64>,
-    restore: bool,
-    make_snapshot: bool,
-) -> Value {
-    let mut env = serde_json::Map::new();
-    if let Some(seed) = seed {
-        // Python's hash seed must be in 0..=4294967295. A restored snapshot keeps its own.
-        env.insert(
-            "PYTHONHASHSEED".into(),
-            (seed % 4_294_967_296).to_string().into(),
-        );
+/// The settings js/runner.js boots with (its `bootSandbox` names them), decided once for every
+/// host: main_deno.js reads them through `op_sandbox_settings`, the browser's page as JSON.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootSettings {
+    /// Pyodide's environment variables.
+    pub env: BTreeMap<String, String>,
+    /// The cap on Pyodide's wasm memory.
+    pub memory_bytes: usize,
+    /// js/codemode.py, loaded as the module `codemode` where no snapshot is restored.
+    pub prelude_source: &'static str,
+    pub restore_snapshot: bool,
+    pub make_snapshot: bool,
+    /// Run `codemode.warm_up()` once booted (a pool's or a zygote's sandbox; never the browser).
+    pub warm_up: bool,
+}
+
+impl BootSettings {
+    pub fn new(limits: &Limits, seed: Option<u64>, restore: bool, make_snapshot: bool) -> Self {
+        let mut env = BTreeMap::new();
+        if let Some(seed) = seed {
+            // Python's hash seed must be in 0..=4294967295. A restored snapshot keeps its own.
+            env.insert(
+                "PYTHONHASHSEED".to_owned(),
+                (seed % 4_294_967_296).to_string(),
+            );
+        }
+        Self {
+            env,
+            memory_bytes: MemoryShares::of(limits.memory_mb).linear,
+            prelude_source: crate::assets::js_file("codemode.py").unwrap_or_default(),
+            restore_snapshot: restore,
+            make_snapshot,
+            warm_up: false,
+        }
     }
-    serde_json::json!({
-        "env": env,
-        "memoryBytes": MemoryShares::of(limits.memory_mb).linear,
-        "preludeSource": crate::assets::js_file("codemode.py").unwrap_or_default(),
-        "restoreSnapshot": restore,
-        "makeSnapshot": make_snapshot,
-    })
 }
 
 /// One script to run.
@@ -591,6 +606,45 @@ impl Drop for ThreadSandbox {
     }
 }
 
+/// A place other than our own isolates that runs js/runner.js's jobs: the parity command's
+/// Chromium tab. The engine hands it a job and shapes what came of it ([`execute_elsewhere`])
+/// exactly as it shapes its own sandboxes' outcomes, so the two cannot drift apart.
+pub trait ForeignHost {
+    /// Runs `job_json` (a [`Job`]) and answers with the runner's report (its JSON), `None` when
+    /// the job ran past `timeout` and was stopped, or why the host could not run it at all.
+    fn run(
+        &self,
+        job_json: String,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<Option<String>, String>>;
+}
+
+/// Runs `job` on `host`, whose output and tool calls went to `output` and `tools`; the outcome is
+/// shaped as a sandbox's. An error only when `host` could not run the job.
+pub async fn execute_elsewhere(
+    host: &impl ForeignHost,
+    job: &Job,
+    limits: &Limits,
+    output: &SharedOutput,
+    tools: &ToolBridge,
+) -> Result<Outcome, String> {
+    let started = Instant::now();
+    let timeout = job.timeout.unwrap_or(limits.timeout);
+    let job_json = serde_json::to_string(job).map_err(|e| format!("the job as JSON: {e}"))?;
+    let report = match host.run(job_json, timeout).await? {
+        Some(json) => read_report(&json),
+        None => Err(timeout_error(timeout)),
+    };
+    Ok(shape_outcome(
+        report,
+        output.take_captured(),
+        tools.take_job_calls(),
+        limits.max_output,
+        &job.outputs,
+        started,
+    ))
+}
+
 /// The runner's report, or the error that stands for an unreadable one.
 pub(crate) fn read_report(json: &str) -> Result<ScriptReport, ErrorInfo> {
     serde_json::from_str::<ScriptReport>(json).map_err(|e| ErrorInfo {
@@ -691,8 +745,7 @@ pub(crate) fn shape_outcome(
     }
 }
 
-/// How a limit's duration is written in messages (`30 s`, `2.5 s`); the parity host uses it too, so
-/// a timeout reads the same in both hosts.
+/// How a limit's duration is written in messages (`30 s`, `2.5 s`).
 pub fn human_duration(d: Duration) -> String {
     let secs = d.as_secs_f64();
     if secs.fract() == 0.0 {
