@@ -319,17 +319,42 @@ export function warmSteps(pyodide) {
 }
 
 /**
- * Runs one job ({code, filename, files?, outputs?}) through runPythonAsync, so that tool calls can use JSPI's
- * run_sync. Returns the outcome JSON produced by codemode.run_job: {result, error, exit_code}.
+ * Runs one job ({code, filename, files?, outputs?}): `codemode.run_job`'s coroutine, awaited from
+ * here, runs as a task of Pyodide's event loop (as runPythonAsync's code would), so tool calls can
+ * use JSPI's run_sync. Returns the outcome JSON produced by codemode.run_job: {result, error,
+ * exit_code}.
  */
 export async function runJob(pyodide, job) {
+  const codemode = codemodeOf(pyodide);
   // A sandbox copied from one already booted (a forked child) draws fresh `random` state first.
-  if (job.reseed) pyodide.runPython("import codemode\ncodemode.reseed()");
-  pyodide.globals.set("__codemode_job", JSON.stringify(job));
-  // The job's files (base64) are held once, by Python, until they are written out.
+  if (job.reseed) codemode.reseed();
+  return await startJob(codemode, job);
+}
+
+/**
+ * Starts `codemode.run_job` on the job's JSON. In a function of its own, so that no register of
+ * runJob's suspended frame keeps the JSON: the job's files (base64) are held once, by Python,
+ * until they are written out.
+ */
+function startJob(codemode, job) {
+  const json = JSON.stringify(job);
   delete job.files;
-  return await pyodide.runPythonAsync(
-    "import codemode\nawait codemode.run_job(globals().pop('__codemode_job'))",
-    { filename: "<codemode-entry>" },
-  );
+  return codemode.runJob(json);
+}
+
+/**
+ * The prelude's entry points, looked up once per instance: a job calls them directly rather than
+ * through `runPython`, which parsed, copied and compiled its source for every job (~1.5 ms of a
+ * forked child's first job, most of it first-time work there).
+ */
+const entryPoints = new WeakMap();
+function codemodeOf(pyodide) {
+  let found = entryPoints.get(pyodide);
+  if (!found) {
+    const codemode = pyodide.pyimport("codemode");
+    // Borrowed from the module's proxy, which is therefore kept (never destroyed).
+    found = { reseed: codemode.reseed, runJob: codemode.run_job };
+    entryPoints.set(pyodide, found);
+  }
+  return found;
 }
