@@ -12,14 +12,12 @@ Over fd 3, one JSON object a line:
   from the parent  {"id": n, "value": <string>}
 
 This file supplies what Pyodide supplies in the sandbox: `_codemode_host` (the same four functions
-as runner.js registers) and stand-ins for `pyodide.code.eval_code_async` and `pyodide.ffi`'s
-`run_sync` / `can_run_sync`, so codemode.py runs here unchanged.
+as runner.js registers) and stand-ins for `pyodide.ffi`'s `run_sync` / `can_run_sync`, so
+codemode.py runs here unchanged.
 """
 
-import ast
 import asyncio
 import concurrent.futures
-import inspect
 import json
 import os
 import signal
@@ -81,29 +79,6 @@ def _host_module(channel):
     return host
 
 
-async def eval_code_async(source, globals=None, locals=None, *, filename="<exec>",
-                          return_mode="last_expr", quiet_trailing_semicolon=True):
-    """pyodide.code.eval_code_async, as codemode.run_job uses it: top-level await, and the value
-    of the last expression (None when it ends with a semicolon)."""
-    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-    module = ast.parse(source, filename=filename)
-    last = None
-    if (return_mode == "last_expr" and module.body and isinstance(module.body[-1], ast.Expr)
-            and not (quiet_trailing_semicolon and source.rstrip().endswith(";"))):
-        last = ast.Expression(module.body.pop().value)
-    code = compile(module, filename, "exec", flags=flags, dont_inherit=True)
-    done = eval(code, globals, locals)
-    if code.co_flags & inspect.CO_COROUTINE:
-        await done
-    if last is None:
-        return None
-    code = compile(last, filename, "eval", flags=flags, dont_inherit=True)
-    value = eval(code, globals, locals)
-    if code.co_flags & inspect.CO_COROUTINE:
-        value = await value
-    return value
-
-
 def run_sync(pending):
     """pyodide.ffi.run_sync: here a plain call blocks this thread until the reply comes (the
     channel's reader thread delivers it), even inside a running event loop."""
@@ -117,10 +92,8 @@ def can_run_sync():
 def _load_codemode(source):
     stand_ins = {
         "pyodide": types.ModuleType("pyodide"),
-        "pyodide.code": types.ModuleType("pyodide.code"),
         "pyodide.ffi": types.ModuleType("pyodide.ffi"),
     }
-    stand_ins["pyodide.code"].eval_code_async = eval_code_async
     stand_ins["pyodide.ffi"].run_sync = run_sync
     stand_ins["pyodide.ffi"].can_run_sync = can_run_sync
     saved = {name: sys.modules.get(name) for name in stand_ins}

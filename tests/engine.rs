@@ -83,6 +83,31 @@ async fn syntax_errors_point_at_the_line() {
     assert!(e.traceback.contains("line 2"), "{}", e.traceback);
 }
 
+/// What a script returns follows Pyodide's `eval_code_async` (codemode runs scripts its own, leaner
+/// way): the last statement's value when it is an expression, nothing when a semicolon ends the
+/// script, comments aside; scripts are dedented; a last expression may await.
+#[tokio::test]
+async fn the_result_follows_pyodides_rules() {
+    for (code, result) in [
+        ("x = 20\nx + 1;", json!(null)),
+        ("x = 20\nx + 1  # the answer; or not", json!(21)),
+        ("x = 20\nx + 2; # quiet", json!(null)),
+        ("    x = 20\n    x + 3", json!(23)),
+        (
+            "import asyncio\nasync def f():\n    return 24\nawait f()",
+            json!(24),
+        ),
+        ("for i in range(3):\n    i", json!(null)),
+        ("print('a;b')\n'c;d'", json!("c;d")),
+    ] {
+        let o = execute(code).await;
+        assert_eq!((o.error, o.result), (None, result), "{code:?}");
+    }
+    let e = execute("x = 0\n\n1 / x").await.error.expect("an error");
+    assert_eq!(e.kind, "ZeroDivisionError");
+    assert!(e.traceback.contains("line 3"), "{}", e.traceback);
+}
+
 #[tokio::test]
 async fn top_level_await_works() {
     let o = execute("import asyncio\nawait asyncio.sleep(0.01)\nawait asyncio.gather(*(asyncio.sleep(0, i) for i in range(3)))").await;
