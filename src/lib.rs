@@ -6,11 +6,11 @@ pub use mcp_code_mode_sandbox::{bridge, engine, local};
 
 pub mod approval;
 pub mod assets;
-pub mod bench;
 pub mod config;
 pub mod debug;
 pub mod hub;
 pub mod log;
+#[cfg(feature = "parity")]
 pub mod parity;
 pub mod replay;
 pub mod server;

@@ -23,7 +23,8 @@ use std::time::Duration;
 #[derive(Parser)]
 #[command(
     name = "mcp-code-mode",
-    version,
+    // `bench` (cargo xtask) reads the Pyodide release from here for its Deno + Pyodide peer.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (Pyodide ", mcp_code_mode_sandbox::pyodide_version!(), ")"),
     about = "An MCP server that runs one Python script (Pyodide in a V8 sandbox) calling your MCP servers' tools",
     after_help = "With no command, `serve` runs: what an MCP client's config launches.",
     args_conflicts_with_subcommands = true
@@ -45,9 +46,8 @@ enum Command {
     Debug(DebugArgs),
     /// Sign in to a remote server that uses OAuth, ahead of time (tokens kept for serve and run).
     Login(LoginArgs),
-    /// Measure start-up, round trips, overhead and memory; print one table (see README).
-    Bench(BenchArgs),
     /// Run Python scripts in this V8 host and in headless Chromium and compare them byte for byte.
+    #[cfg(feature = "parity")]
     Parity(mcp_code_mode::parity::ParityArgs),
     /// The sandbox zygote `serve` and `run` start (internal: its control socket is fd 3).
     #[command(name = "__zygote", hide = true)]
@@ -279,16 +279,6 @@ fn sandbox_pool(
             )
         }
     })
-}
-
-#[derive(Args)]
-struct BenchArgs {
-    /// Fewer samples: a quick look rather than the figures for the README.
-    #[arg(long)]
-    quick: bool,
-    /// Measure only these rows of the table (1-11; 8 is the forked sandbox beside threads, 9 HTTP and HAProxy, 10 the local executor beside the sandbox, 11 importing wheelhouse packages), e.g. `--only 2,8`.
-    #[arg(long, value_delimiter = ',', value_name = "ROWS", value_parser = clap::value_parser!(u8).range(1..=11))]
-    only: Vec<u8>,
 }
 
 #[derive(Args)]
@@ -726,12 +716,9 @@ fn main() -> ExitCode {
                 args.data.note_given(serve_matches);
                 serve(args).await
             }
+            #[cfg(feature = "parity")]
             Command::Parity(args) => mcp_code_mode::parity::main(args).await,
             Command::Zygote(_) => unreachable!("the zygote ran above"),
-            Command::Bench(args) => {
-                mcp_code_mode::bench::run(args.quick, &args.only).await?;
-                Ok(ExitCode::SUCCESS)
-            }
             Command::Login(args) => login(args).await,
             Command::Debug(args) => {
                 let ok = mcp_code_mode::debug::run(args.config.config.as_deref()).await?;

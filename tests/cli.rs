@@ -51,6 +51,21 @@ fn a_python_error_prints_its_traceback_on_stderr() {
     assert!(err.ends_with("ValueError: bad value\n"), "{err}");
 }
 
+/// `--version` names the Pyodide release inside (`cargo xtask bench` reads it to match its peer).
+#[test]
+fn the_version_names_the_pyodide_release() {
+    let out = cli(&["--version"], "");
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!(
+            "mcp-code-mode {} (Pyodide {})",
+            env!("CARGO_PKG_VERSION"),
+            mcp_code_mode::assets::PYODIDE_VERSION
+        )
+    );
+}
+
 #[test]
 fn usage_and_input_errors_exit_2_and_say_what_is_wrong() {
     let out = cli(&["run", "/no/such/script.py"], "");

@@ -3,10 +3,11 @@
 //! config, the servers' data deleted, an empty PATH), byte for byte; every divergence named;
 //! secrets kept out of cassettes.
 
+#[cfg(feature = "parity")]
 use crate::parity::{parity, row, tool_call_counts};
 use crate::util::{cli, cli_env, cli_in_env, fixture, json, text};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Output;
 
 /// An environment variable the config expands into a server's `env`: a secret.
@@ -413,8 +414,9 @@ fn a_served_execution_is_recorded_under_its_id_and_replays() {
 /// The parity corpus's tool scripts, and tests/parity_replay's own (whose tools answer
 /// differently on every live run, or not at all), compared in both hosts from cassettes alone.
 #[test]
+#[cfg(feature = "parity")]
 fn parity_replays_tool_scripts_in_both_hosts_from_cassettes() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut scripts: Vec<String> = std::fs::read_dir(root.join("tests/parity"))
         .unwrap()
         .filter_map(|e| e.ok())
@@ -466,6 +468,7 @@ fn parity_replays_tool_scripts_in_both_hosts_from_cassettes() {
 /// `parity --record` keeps the V8 host's traffic per script; `--replay` of that folder then
 /// behaves as the live run did, in both hosts.
 #[test]
+#[cfg(feature = "parity")]
 fn parity_records_what_it_replays() {
     let dir = tempfile::tempdir().unwrap();
     let cassettes = dir.path().to_str().unwrap();

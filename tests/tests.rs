@@ -10,6 +10,7 @@ mod http;
 mod hub;
 mod local;
 mod packages;
+#[cfg(feature = "parity")]
 mod parity;
 mod remote;
 mod replay;

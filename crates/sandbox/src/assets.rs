@@ -8,8 +8,16 @@
 
 use std::borrow::Cow;
 
+/// The Pyodide release every sandbox runs, as a literal for `concat!` (the binary's `--version`).
+#[macro_export]
+macro_rules! pyodide_version {
+    () => {
+        "314.0.8"
+    };
+}
+
 /// The Pyodide release every sandbox runs.
-pub const PYODIDE_VERSION: &str = "314.0.8";
+pub const PYODIDE_VERSION: &str = pyodide_version!();
 
 macro_rules! packed_file {
     ($name:literal) => {

@@ -22,14 +22,13 @@ struct Replica {
 
 impl Replica {
     async fn start() -> anyhow::Result<Replica> {
-        let exe = std::env::current_exe().context("cannot find our own executable")?;
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
-        let mut child = tokio::process::Command::new(exe)
+        let mut child = tokio::process::Command::new(super::binary())
             .args(["serve", "--stateless", "--http", &addr])
             .current_dir(dir.path())
-            .env(crate::config::PATH_ENV, "")
+            .env(super::CONFIG_ENV, "")
             .env(
                 "MCP_CODE_MODE_LOG",
                 format!("warn,{ZYGOTE_LOG_TARGET}=info"),

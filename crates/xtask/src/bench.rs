@@ -1,17 +1,16 @@
-//! `mcp-code-mode bench` — measures what the README's Performance table reports, all in one run on
-//! one machine: sandbox start (snapshot vs none), MCP round trips, tool-call overhead, cold start,
-//! memory, a CPU-bound loop, and a Deno + Pyodide peer. A benchmark, never a test: it asserts
-//! nothing about speed and prints one table (progress goes to stderr).
+//! `cargo xtask bench` — measures what the README's Performance tables report, all in one run on
+//! one machine, through the release binary as its clients see it: MCP round trips, tool-call
+//! overhead, cold start, memory, a CPU-bound loop, a Deno + Pyodide peer, forked sandboxes beside
+//! threads, HTTP, the local executor and package imports. A benchmark, never a test: it asserts
+//! nothing about speed and prints tables (progress goes to stderr).
 //!
-//! Part of the cli layer: the MCP rows drive our own binary as a child over stdio, exactly as a
-//! client would (see `debug.rs`); the engine rows use `Sandbox` directly. A row whose prerequisite
-//! is missing (the npm fixtures, the Deno peer) is printed as skipped with the command to fix it.
+//! Every row drives the binary as a child process (over MCP stdio, `run -` or HTTP), exactly as a
+//! client would; what only a process of its own can time (a sandbox made ready, row 1 and 8a) is
+//! `cargo bench --bench sandbox` (benches/sandbox.rs). A row whose prerequisite is missing (the
+//! npm fixtures, the Deno peer) is printed as skipped with the command to fix it.
 
 mod http;
 
-use crate::config::{self, Config, ServerConfig, Transport};
-use crate::engine::{Job, Limits, Sandbox, SandboxConfig, Snapshot};
-use crate::hub::Hub;
 use anyhow::{bail, Context};
 use parking_lot::Mutex;
 use rmcp::model::CallToolRequestParams;
@@ -19,17 +18,26 @@ use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-// The Pyodide version the peer must load: the one our binary embeds.
-use mcp_code_mode_sandbox::assets::PYODIDE_VERSION;
+/// The binary measured, set once by [`run`].
+static BINARY: OnceLock<PathBuf> = OnceLock::new();
+
+fn binary() -> &'static Path {
+    BINARY.get().expect("bench::run sets the binary first")
+}
+
+/// The variable naming the config file; set empty, no config is read (plain Python).
+const CONFIG_ENV: &str = "MCP_CODE_MODE_CONFIG";
+/// How far apart row 2a's calls are: time for `--pool-size 2` to restore both sandboxes again
+/// (a restore took 200–400 ms p50 on the machines measured so far).
+const SPACED_GAP: Duration = Duration::from_millis(1000);
 /// The Deno + Pyodide peer's script, copied into the peer folder before each run.
-const PEER_SCRIPT: &str = include_str!("../bench/peer/peer.mjs");
+const PEER_SCRIPT: &str = include_str!("../../../bench/peer/peer.mjs");
 /// Where the zygote's "warm" line comes from, and how it starts (see engine/zygote/mod.rs).
 const ZYGOTE_LOG_TARGET: &str = "mcp_code_mode_sandbox::engine::zygote";
 const ZYGOTE_WARM_LINE: &str = "sandbox zygote warm after";
@@ -44,8 +52,6 @@ const PEER_REFERENCE_MS: f64 = 1.8;
 
 /// How many samples each measurement takes.
 struct Plan {
-    snapshot_starts: usize,
-    plain_starts: usize,
     round_trips: usize,
     tool_calls: usize,
     cold_runs: usize,
@@ -58,8 +64,6 @@ impl Plan {
     fn new(quick: bool) -> Self {
         if quick {
             Plan {
-                snapshot_starts: 5,
-                plain_starts: 2,
                 round_trips: 20,
                 tool_calls: 50,
                 cold_runs: 5,
@@ -69,8 +73,6 @@ impl Plan {
             }
         } else {
             Plan {
-                snapshot_starts: 30,
-                plain_starts: 5,
                 round_trips: 100,
                 tool_calls: 300,
                 cold_runs: 20,
@@ -106,7 +108,7 @@ fn p50(samples: &Samples) -> Option<f64> {
 
 /// One line of the table, already formatted.
 pub struct Row {
-    /// The issue's row number (1-7), which `--only` selects by.
+    /// The issue's row number (2-7), which `--only` selects by.
     pub group: u8,
     pub name: String,
     pub n: String,
@@ -171,7 +173,11 @@ pub fn print_table(rows: &[Row], notes: &[String]) {
 
 /// Text made safe for one table cell: one line, no column breaks, not too long.
 fn cell(text: &str) -> String {
-    crate::text::shorten(&text.replace('|', "\\|").replace(['\n', '\r'], " "), 400)
+    let text = text.replace('|', "\\|").replace(['\n', '\r'], " ");
+    match text.char_indices().nth(400) {
+        None => text,
+        Some((end, _)) => format!("{}…", &text[..end]),
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -180,23 +186,6 @@ fn ms(d: Duration) -> f64 {
 
 fn progress(what: &str) {
     eprintln!("bench: {what}");
-}
-
-/// Time from `Sandbox::new` to a sandbox ready for a job.
-pub async fn sandbox_start(snapshot: Option<Snapshot>, n: usize) -> anyhow::Result<Vec<f64>> {
-    let mut samples = Vec::new();
-    for _ in 0..n {
-        let config = SandboxConfig::new(Limits::default(), snapshot.clone());
-        let started = Instant::now();
-        let sandbox = Sandbox::new(config).await?;
-        samples.push(ms(started.elapsed()));
-        // Run something so the sandbox is really usable, outside the measured time.
-        let o = sandbox.execute(Job::new("1")).await;
-        if let Some(e) = o.error {
-            bail!("the sandbox could not run `1`: {}: {}", e.kind, e.message);
-        }
-    }
-    Ok(samples)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,7 +216,6 @@ impl ServerChild {
         kind: &str,
         config: Option<&Value>,
     ) -> anyhow::Result<ServerChild> {
-        let exe = std::env::current_exe().context("cannot find our own executable")?;
         // An empty folder as the working directory: no config/mcp_servers.json is found there,
         // and an empty $MCP_CODE_MODE_CONFIG names none.
         let dir = tempfile::tempdir()?;
@@ -239,7 +227,7 @@ impl ServerChild {
             }
             None => String::new(),
         };
-        let mut command = tokio::process::Command::new(exe);
+        let mut command = tokio::process::Command::new(binary());
         // `local`: the local executor (a host python3 per script), which refuses the sandbox's flags.
         let pool_size = pool_size.to_string();
         let args = match kind {
@@ -249,7 +237,7 @@ impl ServerChild {
         command
             .args(args)
             .current_dir(dir.path())
-            .env(config::PATH_ENV, config_path)
+            .env(CONFIG_ENV, config_path)
             // The zygote's "warm" line, which `wait_steady` waits for.
             .env(
                 "MCP_CODE_MODE_LOG",
@@ -561,14 +549,10 @@ fn slope_per_1000(points: &[(usize, f64)]) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Row 3: a tool call from Python vs the same call made directly.
 
-/// The repository checkout the bench reads its fixtures from: `$MCP_CODE_MODE_SOURCE`, else the
-/// working directory (run `bench` from the repository's root). Not baked in at build time: the
-/// binary carries no path of the machine that built it.
-fn source_dir() -> PathBuf {
-    match std::env::var_os("MCP_CODE_MODE_SOURCE").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
-    }
+/// The checkout this runner was built in (`cargo xtask` runs it from there): its fixtures, its
+/// peer script, its binary.
+pub fn source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn fixtures_entry() -> PathBuf {
@@ -585,7 +569,7 @@ async fn tool_rows(plan: &Plan) -> ToolResults {
     let entry = fixtures_entry();
     if !entry.is_file() {
         let why = format!(
-            "skipped: no {} (run bench from the repository's root, or set MCP_CODE_MODE_SOURCE, after `cd tests/fixtures && npm ci`)",
+            "skipped: no {} (`cd tests/fixtures && npm ci` first)",
             entry.display()
         );
         return ToolResults {
@@ -596,7 +580,9 @@ async fn tool_rows(plan: &Plan) -> ToolResults {
     progress("get-sum directly (rmcp client → server-everything)");
     let direct = direct_calls(&entry, plan.tool_calls).await.map_err(failed);
     progress("get-sum from Python (sandbox → hub → server-everything)");
-    let through_us = python_calls(&entry, plan.tool_calls).await.map_err(failed);
+    let through_us = python_tool_calls("thread", plan.tool_calls)
+        .await
+        .map_err(failed);
     ToolResults { direct, through_us }
 }
 
@@ -646,68 +632,19 @@ fn tool_call_script(n: usize) -> String {
     )
 }
 
-async fn python_calls(entry: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
-    let config = Config {
-        path: PathBuf::from("<bench>"),
-        servers: vec![ServerConfig {
-            name: "everything".into(),
-            transport: Transport::Stdio {
-                command: "node".into(),
-                args: vec![entry.to_string_lossy().into_owned(), "stdio".into()],
-                env: BTreeMap::new(),
-                cwd: None,
-            },
-            description: "server-everything, for the benchmark".into(),
-            disabled: false,
-            timeout: config::DEFAULT_TIMEOUT,
-            secrets: Vec::new(),
-        }],
-        ..Default::default()
-    };
-    let hub = Hub::start(Some(&config));
-    hub.wait_started().await;
-    let run = async {
-        let sandbox = Sandbox::new(SandboxConfig {
-            tools: hub.clone(),
-            ..SandboxConfig::new(Limits::default(), Some(crate::assets::snapshot()))
-        })
-        .await?;
-        let outcome = sandbox
-            .execute(Job {
-                timeout: Some(Duration::from_secs(120)),
-                ..Job::new(tool_call_script(n))
-            })
-            .await;
-        if let Some(e) = &outcome.error {
-            bail!(
-                "the script failed: {}: {} (hub: {})",
-                e.kind,
-                e.message,
-                hub.summary()
-            );
-        }
-        serde_json::from_str::<Vec<f64>>(outcome.stdout.trim())
-            .with_context(|| format!("unexpected output: {}", outcome.stdout))
-    }
-    .await;
-    hub.shutdown().await;
-    run
-}
-
 // ---------------------------------------------------------------------------------------------
 // Rows 4 and 6: cold process start, and the CPU-bound loop.
 
 async fn cold_starts(n: usize) -> anyhow::Result<Vec<f64>> {
-    let exe = std::env::current_exe().context("cannot find our own executable")?;
     let dir = tempfile::tempdir()?;
     let mut samples = Vec::new();
     // The first run (not counted) brings the binary into the page cache.
     for i in 0..=n {
         let started = Instant::now();
-        let mut child = tokio::process::Command::new(&exe)
+        let mut child = tokio::process::Command::new(binary())
             .args(["run", "-"])
             .current_dir(dir.path())
-            .env(config::PATH_ENV, "")
+            .env(CONFIG_ENV, "")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -734,27 +671,27 @@ async fn cold_starts(n: usize) -> anyhow::Result<Vec<f64>> {
     Ok(samples)
 }
 
-async fn heavy_loop(n: usize) -> anyhow::Result<Vec<f64>> {
-    let mut samples = Vec::new();
-    for i in 0..=n {
-        let config = SandboxConfig::new(Limits::default(), Some(crate::assets::snapshot()));
-        let sandbox = Sandbox::new(config).await?;
-        let outcome = sandbox.execute(Job::new(HEAVY)).await;
-        if let Some(e) = &outcome.error {
-            bail!("{HEAVY} failed: {}: {}", e.kind, e.message);
-        }
-        if outcome.result != json!(HEAVY_RESULT) {
-            bail!("{HEAVY} returned {}", outcome.result);
-        }
-        if i > 0 {
-            samples.push(outcome.duration_ms);
-        }
-    }
-    Ok(samples)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Row 7: the Deno + Pyodide peer (bench/peer/setup.sh installs it).
+
+/// The Pyodide release the binary embeds (the peer must load the same), from its `--version`:
+/// `mcp-code-mode 0.1.0 (Pyodide 314.0.8)`.
+fn pyodide_version() -> anyhow::Result<String> {
+    let out = std::process::Command::new(binary())
+        .arg("--version")
+        .output()
+        .with_context(|| format!("cannot run {} --version", binary().display()))?;
+    let line = String::from_utf8_lossy(&out.stdout);
+    line.split_once("(Pyodide ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(version, _)| version.to_owned())
+        .with_context(|| {
+            format!(
+                "`{} --version` names no Pyodide release: {line:?}",
+                binary().display()
+            )
+        })
+}
 
 fn peer_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("MCP_CODE_MODE_BENCH_PEER").filter(|d| !d.is_empty()) {
@@ -784,8 +721,7 @@ impl Peer {
     /// The installed peer, or why it cannot run.
     fn find() -> Result<Peer, String> {
         let dir = peer_dir();
-        let setup = source_dir().join("bench/peer/setup.sh");
-        let skipped = || format!("skipped: run `bash {}`", setup.display());
+        let skipped = || "skipped: run `bash bench/peer/setup.sh`".to_owned();
         let deno = dir.join("node_modules/deno/deno");
         let pyodide = dir.join("node_modules/pyodide/package.json");
         if !deno.is_file() || !pyodide.is_file() {
@@ -796,9 +732,10 @@ impl Peer {
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
             .and_then(|v| v["version"].as_str().map(str::to_owned))
             .unwrap_or_default();
-        if version != PYODIDE_VERSION {
+        let ours = pyodide_version().map_err(|e| format!("unavailable: {e:#}"))?;
+        if version != ours {
             return Err(format!(
-                "unavailable: the peer has pyodide {version}, not {PYODIDE_VERSION}; {}",
+                "unavailable: the peer has pyodide {version}, not {ours}; {}",
                 skipped().trim_start_matches("skipped: ")
             ));
         }
@@ -996,27 +933,21 @@ fn difference(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 /// Runs the measurements of the rows in `only` (all when empty) and prints the table.
-pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
+/// Measures `binary` (rows 2-11 but 8a, or those in `only`) and prints the tables.
+pub async fn run(binary: PathBuf, quick: bool, only: &[u8]) -> anyhow::Result<()> {
+    if only.contains(&1) {
+        bail!("row 1 (a fresh sandbox made ready) is measured in-process: `cargo bench --bench sandbox`");
+    }
+    BINARY
+        .set(binary)
+        .map_err(|_| anyhow::anyhow!("bench::run runs once"))?;
     let want = |row: u8| only.is_empty() || only.contains(&row);
     let not_run = || Err::<Vec<f64>, String>("not run".into());
     let plan = Plan::new(quick);
     let load_before = load_average();
     let started = Instant::now();
 
-    let (snap, plain) = if want(1) {
-        progress("fresh sandboxes, from the snapshot and booting without it");
-        let snap = sandbox_start(Some(crate::assets::snapshot()), plan.snapshot_starts)
-            .await
-            .map_err(failed);
-        let plain = sandbox_start(None, plan.plain_starts).await.map_err(failed);
-        (snap, plain)
-    } else {
-        (not_run(), not_run())
-    };
-    // Space the calls so the pool (refilled one restore at a time) is full again before each.
-    let restore_p95 = snap.as_ref().map(|s| percentile(s, 95.0)).unwrap_or(100.0);
-    let gap = Duration::from_millis(400f64.max(2.0 * restore_p95 + 100.0) as u64);
-    let server = server_rows(&plan, gap, want(2), want(5)).await;
+    let server = server_rows(&plan, SPACED_GAP, want(2), want(5)).await;
     let tools = if want(3) {
         tool_rows(&plan).await
     } else {
@@ -1033,7 +964,10 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     };
     let heavy = if want(6) {
         progress(&format!("{HEAVY} in fresh sandboxes"));
-        heavy_loop(plan.heavy_runs).await.map_err(failed)
+        heavy_over_mcp("thread", plan.heavy_runs)
+            .await
+            .map(|(outcome, _)| outcome)
+            .map_err(failed)
     } else {
         not_run()
     };
@@ -1050,7 +984,6 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     };
     let load_after = load_average();
 
-    let speedup = ratio(p50(&plain), p50(&snap));
     let spaced_vs_peer = ratio(p50(&server.spaced), p50(&peer.warm_pipe));
     let overhead = difference(p50(&tools.through_us), p50(&tools.direct));
     let cold_vs_peer = ratio(p50(&cold), p50(&peer.cold));
@@ -1059,22 +992,6 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     let compared = |r: Option<f64>, what: &str| r.map(|r| format!("{} {what}", times(r)));
 
     let mut rows = vec![
-        Row::sampled(
-            1,
-            "1. fresh sandbox ready, from the snapshot",
-            "ms",
-            "≤ 50 ms p50",
-            &snap,
-            speedup.map(|s| format!("{} faster than booting", times(s))),
-        ),
-        Row::sampled(
-            1,
-            "1. fresh sandbox ready, booting without snapshot",
-            "ms",
-            "(comparison)",
-            &plain,
-            None,
-        ),
         Row::sampled(
             2,
             format!(
@@ -1212,22 +1129,13 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     rows.retain(|r| want(r.group));
 
     let versus = |a: Option<f64>, b: Option<f64>| ratio(a, b).map(times).unwrap_or("n/a".into());
-    if let Some(s) = speedup {
-        notes.push((
-            1,
-            format!(
-                "Snapshot speed-up (row 1, p50): {} (restoring Pyodide's memory vs booting it).",
-                times(s)
-            ),
-        ));
-    }
     notes.push((
         2,
         format!(
             "Row 2: our binary as `serve --pool-size 2` (no config: plain Python) driven by an rmcp \
              client; each sample is one `tools/call execute_code` request → response, on a fresh \
              sandbox taken from the pool. 2a waits {} ms before each call so the pool is full again \
-             (2 × row 1's p95 + 100 ms, at least 400 ms); 2b sends the next call as soon as the last \
+             (time for both to be restored again); 2b sends the next call as soon as the last \
              returns, so after two calls each one waits for a restore. Of 2a's p50, the \
              sandbox's own `duration_ms` (job hand-off to report, inside the server) is {}; the \
              rest is MCP, stdio and taking the sandbox from the pool.",
@@ -1259,7 +1167,8 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
         3,
         format!(
             "Tool-call overhead (row 3): Python's `time.perf_counter()` around each \
-             `tools.everything.get_sum(a=1, b=2)` (one sandbox, {n} calls after 20 unmeasured) minus \
+             `tools.everything.get_sum(a=1, b=2)` (one script through `serve --sandbox thread`, \
+             {n} calls after 20 unmeasured) minus \
              an rmcp client's own `get-sum` round trip to a second server-everything process \
              ({n} calls after 20 unmeasured): {} p50 (target ≤ 0.5 ms).",
             overhead
@@ -1296,8 +1205,8 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     notes.push((
         6,
         format!(
-            "Heavy loop (row 6, p50): ours {} (each run in a fresh sandbox; `duration_ms` from job \
-             hand-off to report) vs the Deno peer {} (`runPython` timed inside Deno, the same \
+            "Heavy loop (row 6, p50): ours {} (through `serve --sandbox thread`, each run in a \
+             fresh sandbox; the outcome's `duration_ms`, job hand-off to report) vs the Deno peer {} (`runPython` timed inside Deno, the same \
              instance each time; its first run took {}) = {}.",
             fmt_opt(p50(&heavy)),
             fmt_opt(p50(&peer.heavy)),
@@ -1307,15 +1216,16 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     ));
     if let Some(deno) = peer.rss.and(deno_version()) {
         notes.push((
-        7,
-        format!(
-            "Deno peer (row 7): deno {} and pyodide {PYODIDE_VERSION} from {} (bench/peer/setup.sh), \
+            7,
+            format!(
+                "Deno peer (row 7): deno {} and pyodide {} from {} (bench/peer/setup.sh), \
              script bench/peer/peer.mjs; `deno run --cached-only --no-prompt --no-config \
              --allow-read=<that folder>`: no network, env or write permission.",
-            deno,
-            peer_dir().display()
-        ),
-    ));
+                deno,
+                pyodide_version().unwrap_or_default(),
+                peer_dir().display()
+            ),
+        ));
     }
     notes.sort_by_key(|(group, _)| *group);
     let mut notes: Vec<String> = notes
@@ -1335,7 +1245,7 @@ pub async fn run(quick: bool, only: &[u8]) -> anyhow::Result<()> {
     );
     print_table(&rows, &notes);
     if want(8) {
-        fork_section(&plan, p50(&snap), quick).await;
+        fork_section(&plan, quick).await;
     }
     if want(9) {
         http::section(quick).await;
@@ -1447,82 +1357,47 @@ fn import_script(module: &str, installed: bool) -> String {
     )
 }
 
-fn import_sample(outcome: &crate::engine::Outcome, module: &str) -> anyhow::Result<(f64, f64)> {
-    if let Some(e) = &outcome.error {
-        bail!("import {module}: {}: {}", e.kind, e.message);
-    }
-    let pair = outcome.result.as_array().filter(|a| a.len() == 2);
+/// (whole import, finder) from an `execute_code` report of [`import_script`].
+fn import_sample(report: &Value, module: &str) -> anyhow::Result<(f64, f64)> {
+    let pair = report["result"].as_array().filter(|a| a.len() == 2);
     match pair.map(|a| (a[0].as_f64(), a[1].as_f64())) {
         Some((Some(total), Some(install))) => Ok((total, install)),
-        _ => bail!("import {module}: unexpected result {}", outcome.result),
+        _ => bail!("import {module}: unexpected report {report}"),
     }
 }
 
 async fn packages_section(quick: bool) {
-    // As `serve` and `run` do: the embedded wheels with the bytecode build.rs compiled.
-    if let Ok(house) = mcp_code_mode_sandbox::wheels::Wheelhouse::embedded() {
-        mcp_code_mode_sandbox::wheels::use_wheelhouse(house.with_bytecode(crate::assets::BYTECODE));
-    }
     let modules = [("tabulate", 10), ("pydantic", 10), ("sympy", 10)];
     let n = |full: usize| if quick { 3 } else { full };
     println!();
     println!("| 11. import in a fresh sandbox | kind | n | whole import p50 | installing (finder) p50 | the package's own import p50 | over its own import | target |");
     println!("|---|---|---:|---:|---:|---:|---:|---|");
-    let zygote = async {
-        let command = crate::engine::ZygoteCommand {
-            program: std::env::current_exe()?,
-            args: vec!["__zygote".into()],
-        };
-        let zygote = crate::engine::Zygote::start(&command, Limits::default()).await?;
-        if !zygote.wait_warm(Duration::from_secs(120)).await {
-            bail!("the sandbox zygote did not finish warming up in 120 s");
+    for kind in ["fork", "thread"] {
+        // `serve` as a client runs it: the embedded wheels with the bytecode build.rs compiled.
+        let server = async {
+            let server = ServerChild::start_with(2, kind).await?;
+            server.wait_steady(kind).await?;
+            anyhow::Ok(server)
         }
-        anyhow::Ok(zygote)
-    }
-    .await;
-    for (module, full) in modules {
-        for kind in ["fork", "thread"] {
+        .await;
+        for (module, full) in modules {
             progress(&format!("import {module} in fresh {kind} sandboxes"));
             // Fresh and pre-installed samples alternate, so both see the same machine.
             let mut samples: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
             let mut failure = None;
             'samples: for _ in 0..n(full) {
                 for (installed, kept) in samples.iter_mut().enumerate() {
-                    let job = Job::new(import_script(module, installed == 1));
-                    let outcome = match (kind, &zygote) {
-                        ("fork", Ok(zygote)) => {
-                            match zygote
-                                .fork(Arc::new(crate::bridge::NoTools), None, None)
-                                .await
-                            {
-                                Ok(sandbox) => sandbox.execute(job).await,
-                                Err(e) => {
-                                    failure = Some(crate::text::Chain(&e).to_string());
-                                    break 'samples;
-                                }
-                            }
-                        }
-                        ("fork", Err(e)) => {
-                            failure = Some(format!("{e:#}"));
-                            break 'samples;
-                        }
-                        _ => match Sandbox::new(SandboxConfig::new(
-                            Limits::default(),
-                            Some(crate::assets::snapshot()),
-                        ))
-                        .await
-                        {
-                            Ok(sandbox) => sandbox.execute(job).await,
-                            Err(e) => {
-                                failure = Some(crate::text::Chain(&e).to_string());
-                                break 'samples;
-                            }
-                        },
+                    let sample = match &server {
+                        Ok(server) => server
+                            .execute_report(&import_script(module, installed == 1))
+                            .await
+                            .and_then(|report| import_sample(&report, module)),
+                        Err(e) => Err(anyhow::anyhow!("{e:#}")),
                     };
-                    match import_sample(&outcome, module) {
+                    match sample {
                         Ok(sample) => kept.push(sample),
                         Err(e) => {
-                            failure = Some(format!("{e}"));
+                            failure = Some(format!("{e:#}"));
                             break 'samples;
                         }
                     }
@@ -1555,9 +1430,12 @@ async fn packages_section(quick: bool) {
                     .unwrap_or_default()
             );
         }
+        if let Ok(server) = server {
+            server.stop().await;
+        }
     }
     println!();
-    println!("- Row 11: each sample is one fresh sandbox (a child forked from a warmed zygote, or a thread sandbox restored from the snapshot) running `import MOD` timed with `time.perf_counter()`. \"Installing (finder)\" is the wheelhouse finder's own time (laying out the package and its dependencies, with their bytecode, unread: a folder's files are made when something first looks into it, a file's bytes read when it is first opened); the whole import also does that for what it opens. \"The package's own import\" is timed in sandboxes where the package was installed and all its files opened (so read from the host) before the clock started (samples alternate with the fresh ones); \"over its own import\" is the difference of the two p50s, what the target bounds.");
+    println!("- Row 11: each sample is one `execute_code` through `serve --sandbox fork` or `--sandbox thread` (a fresh sandbox each: a child forked from the warmed zygote, or a thread sandbox restored from the snapshot) running `import MOD` timed with `time.perf_counter()`. \"Installing (finder)\" is the wheelhouse finder's own time (laying out the package and its dependencies, with their bytecode, unread: a folder's files are made when something first looks into it, a file's bytes read when it is first opened); the whole import also does that for what it opens. \"The package's own import\" is timed in sandboxes where the package was installed and all its files opened (so read from the host) before the clock started (samples alternate with the fresh ones); \"over its own import\" is the difference of the two p50s, what the target bounds.");
 }
 
 fn cell_text(text: &str) -> String {
@@ -1571,20 +1449,13 @@ fn p(samples: &[f64], q: f64) -> String {
     value(percentile(samples, q), "ms")
 }
 
-async fn fork_section(plan: &Plan, thread_ready_p50: Option<f64>, quick: bool) {
+async fn fork_section(plan: &Plan, quick: bool) {
     println!("\n### Forked sandboxes (`--sandbox fork`, the default) beside threads (`--sandbox thread`)\n");
+    println!("(8a, a fresh sandbox made ready, is `cargo bench --bench sandbox`.)\n");
     println!("| measurement | fork | thread |");
     println!("|---|---|---|");
     let line =
         |what: &str, fork: String, thread: String| println!("| {what} | {fork} | {thread} |");
-    match fork_ready(plan.snapshot_starts.max(20)).await {
-        Ok(ready) => line(
-            "8a. fresh sandbox ready (fork: zygote forks a sealed child; thread: snapshot restore)",
-            format!("{} p50, {} p95", p(&ready, 50.0), p(&ready, 95.0)),
-            fmt_opt(thread_ready_p50) + " p50 (row 1)",
-        ),
-        Err(e) => line("8a. fresh sandbox ready", failed(e), String::new()),
-    }
     let n = plan.round_trips;
     let fork_rt = back_to_back("fork", n).await;
     let thread_rt = back_to_back("thread", n.min(50)).await;
@@ -1654,8 +1525,8 @@ async fn fork_section(plan: &Plan, thread_ready_p50: Option<f64>, quick: bool) {
     };
     line(
         "8f. a tool call from Python over calling server-everything's get-sum directly",
-        overhead(fork_tool_calls(calls).await),
-        overhead(python_calls(&entry, calls).await) + " (in-process, as row 3)",
+        overhead(python_tool_calls("fork", calls).await),
+        overhead(python_tool_calls("thread", calls).await),
     );
     match fork_growth(if quick { plan.executions } else { 10_000 }).await {
         Ok(points) => {
@@ -1713,36 +1584,6 @@ async fn first_seconds(kind: &str, starts: usize) -> anyhow::Result<Vec<f64>> {
         }
         server.stop().await;
     }
-    Ok(samples)
-}
-
-/// Fork latency: from asking the zygote to a child ready for its job (then `1` runs, unmeasured).
-async fn fork_ready(n: usize) -> anyhow::Result<Vec<f64>> {
-    let command = crate::engine::ZygoteCommand {
-        program: std::env::current_exe()?,
-        args: vec!["__zygote".into()],
-    };
-    let zygote = crate::engine::Zygote::start(&command, Limits::default()).await?;
-    if !zygote.wait_warm(Duration::from_secs(120)).await {
-        bail!("the sandbox zygote did not finish warming up in 120 s");
-    }
-    let mut samples = Vec::new();
-    for _ in 0..n + 1 {
-        let started = Instant::now();
-        let sandbox = zygote
-            .fork(Arc::new(crate::bridge::NoTools), None, None)
-            .await?;
-        samples.push(ms(started.elapsed()));
-        let o = sandbox.execute(Job::new("1")).await;
-        if let Some(e) = o.error {
-            bail!(
-                "a forked sandbox could not run `1`: {}: {}",
-                e.kind,
-                e.message
-            );
-        }
-    }
-    samples.remove(0);
     Ok(samples)
 }
 
@@ -1896,19 +1737,19 @@ async fn child_memory() -> anyhow::Result<((f64, f64), Vec<(f64, f64)>)> {
     measured
 }
 
-/// A tool call from Python in a forked child, as row 3 measures it in-process: `n` calls of
-/// server-everything's get-sum timed inside the script, through `serve --sandbox fork`.
-async fn fork_tool_calls(n: usize) -> anyhow::Result<Vec<f64>> {
+/// A tool call from Python (rows 3 and 8f): `n` calls of server-everything's get-sum timed inside
+/// one script, through `serve --sandbox kind`.
+async fn python_tool_calls(kind: &str, n: usize) -> anyhow::Result<Vec<f64>> {
     let entry = fixtures_entry();
     if !entry.is_file() {
         bail!("no {} (cd tests/fixtures && npm ci)", entry.display());
     }
     let config = json!({"servers": {"everything": {"command": "node", "args": [entry]}}});
-    let server = ServerChild::start_full(2, "fork", Some(&config)).await?;
+    let server = ServerChild::start_full(2, kind, Some(&config)).await?;
     server
         .execute_any("tools.everything.get_sum(a=1, b=2)")
         .await?;
-    server.wait_steady("fork").await?;
+    server.wait_steady(kind).await?;
     let stdout = server.execute_any(&tool_call_script(n)).await?;
     server.stop().await;
     serde_json::from_str::<Vec<f64>>(stdout.trim())
