@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-creates this folder's five Pyodide boot files from the npm package and checks them against
 # SHA256SUMS. The files are committed, so a build never needs this; run it to audit them or after
-# changing the pinned version (then update SHA256SUMS and PYODIDE_VERSION in src/engine/assets.rs).
+# changing the pinned version (then update SHA256SUMS and `pyodide_version!` in crates/sandbox/src/assets.rs).
 set -euo pipefail
 version=314.0.8
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

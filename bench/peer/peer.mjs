@@ -1,5 +1,5 @@
-// The Deno + Pyodide peer `mcp-code-mode bench` compares against: Pyodide loaded by Deno from
-// node_modules, as the Deno-based code-mode servers run it. `mcp-code-mode bench` copies this file
+// The Deno + Pyodide peer `cargo xtask bench` compares against: Pyodide loaded by Deno from
+// node_modules, as the Deno-based code-mode servers run it. `cargo xtask bench` copies this file
 // into the peer folder (bench/peer/setup.sh installs deno and pyodide@314.0.8 there) and runs it
 // with read access to that folder only: no network, no environment, no writes.
 //

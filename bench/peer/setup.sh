@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Deno + Pyodide peer that `mcp-code-mode bench` compares against: the `deno` binary
+# Installs the Deno + Pyodide peer that `cargo xtask bench` compares against: the `deno` binary
 # (from npm's `deno` package) and the same Pyodide our binary embeds (pyodide@314.0.8), into a
 # cache folder outside the repository. Needs npm and network once; the benchmark itself then
 # runs the peer offline (Deno gets no network permission).
