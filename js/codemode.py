@@ -30,7 +30,6 @@ import sys
 import textwrap
 import tokenize
 import traceback
-import types
 
 from pyodide.ffi import can_run_sync, run_sync
 

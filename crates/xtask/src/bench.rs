@@ -638,6 +638,19 @@ fn tool_call_script(n: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // Rows 4 and 6: cold process start, and the CPU-bound loop.
 
+/// An error naming what a cold start printed, unless it exited well and `printed_right`.
+fn expect_ran(out: &std::process::Output, printed_right: bool, who: &str) -> anyhow::Result<()> {
+    if !out.status.success() || !printed_right {
+        bail!(
+            "{who} printed {:?} and {:?} ({})",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            out.status
+        );
+    }
+    Ok(())
+}
+
 async fn cold_starts(n: usize) -> anyhow::Result<Vec<f64>> {
     let dir = tempfile::tempdir()?;
     let mut samples = Vec::new();
@@ -659,14 +672,7 @@ async fn cold_starts(n: usize) -> anyhow::Result<Vec<f64>> {
         drop(stdin);
         let out = child.wait_with_output().await?;
         let elapsed = ms(started.elapsed());
-        if !out.status.success() || out.stdout != b"1\n" {
-            bail!(
-                "`run -` printed {:?} and {:?} ({})",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-                out.status
-            );
-        }
+        expect_ran(&out, out.stdout == b"1\n", "`run -`")?;
         if i > 0 {
             samples.push(elapsed);
         }
@@ -782,14 +788,7 @@ impl Peer {
                 .context("cannot start deno")?;
             let elapsed = ms(started.elapsed());
             let reply: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-            if !out.status.success() || reply["stdout"] != "1\n" {
-                bail!(
-                    "the peer printed {:?} and {:?} ({})",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr),
-                    out.status
-                );
-            }
+            expect_ran(&out, reply["stdout"] == "1\n", "the peer")?;
             if i > 0 {
                 samples.push(elapsed);
             }
