@@ -387,7 +387,8 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), ZygoteErr
                 }
             }
             control::WARM => {
-                // "written read first_job_µs steady_job_µs" from the probe, or why it failed.
+                // "written read first_job_µs steady_job_µs with_the_fork" from the probe, or why
+                // it failed.
                 let probe = control::text(packet);
                 let numbers: Vec<u64> = probe
                     .split_ascii_whitespace()
@@ -396,11 +397,12 @@ fn read_control(shared: Arc<Shared>, ready: oneshot::Sender<Result<(), ZygoteErr
                 let rounds = pid;
                 let last = f64::from(control::status(packet)) / 1000.0;
                 match numbers[..] {
-                    [written, read, first, steady] => tracing::info!(
+                    [written, read, first, steady, with_the_fork] => tracing::info!(
                         "sandbox zygote warm after {rounds} warm-up rounds (the last took \
                          {last:.1} ms); before its job comes, each child copies the {written} \
-                         pages a job writes and maps the {read} pages of code and read-only data \
-                         it reads; the probe's first job took {:.1} ms, later ones {:.1} ms",
+                         pages a job writes and has the {read} pages of code and read-only data \
+                         it reads mapped ({with_the_fork} of them by the fork itself); the \
+                         probe's first job took {:.1} ms, later ones {:.1} ms",
                         first as f64 / 1000.0,
                         steady as f64 / 1000.0
                     ),

@@ -322,15 +322,15 @@ fn serve(options: ZygoteOptions) -> Result<(), BootError> {
                     if warming.probe_says_go_on(learned.first_job, learned.steady_job) {
                         continue;
                     }
-                    let said = format!(
-                        "{} {} {} {}",
-                        learned.pages.written.len(),
-                        learned.pages.read.len(),
+                    hot_pages = learned.pages;
+                    let read = hot_pages.read.len();
+                    let with_the_fork = prefault::map_read_pages_at_fork(&mut hot_pages);
+                    format!(
+                        "{} {read} {} {} {with_the_fork}",
+                        hot_pages.written.len(),
                         learned.first_job.as_micros(),
                         learned.steady_job.as_micros()
-                    );
-                    hot_pages = learned.pages;
-                    said
+                    )
                 }
                 Err(e) => {
                     warming.stage = Stage::Done;
