@@ -41,6 +41,8 @@ struct Region {
     read_only_file: bool,
     /// Copy-on-write (`p`), not shared with the file (`s`).
     private: bool,
+    /// Mapped executable (code).
+    executable: bool,
     /// No file behind it.
     anonymous: bool,
 }
@@ -60,6 +62,7 @@ fn parse_region(line: &str) -> Option<Region> {
         writable: perms[0] == b'r' && perms[1] == b'w' && perms[2] != b'x' && perms[3] == b'p',
         read_only_file: perms[0] == b'r' && perms[1] == b'-' && inode != "0",
         private: perms[3] == b'p',
+        executable: perms[2] == b'x',
         anonymous: inode == "0",
     })
 }
@@ -263,10 +266,14 @@ pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Le
 /// A fork copies an entry in ~65 ns. So the zygote gives each private read-only file mapping that
 /// holds learned pages an `anon_vma`: it writes one of its bytes back as it is through
 /// `/proc/self/mem` (a forced write copies that page; the mapping stays read-only, and no byte of
-/// it changes). Then it unmaps all of the mapping but the learned pages (the copied page goes
-/// too; the `anon_vma` stays), so forks copy those entries and no others. A mapping that holds
-/// anonymous memory already (relocated data made read-only) is copied at each fork as it is:
-/// the learned pages are only mapped in it, nothing unmapped. Where the kernel
+/// it changes), unmaps the copy (the `anon_vma` stays), and maps the learned pages. Of read-only
+/// data it unmaps all but the learned pages: what it read only to boot (the snapshot, Pyodide's
+/// files: ~30 MiB) is not copied at each fork. Code it has mapped stays mapped: a child that runs
+/// more than `print(1)` runs much of it too (V8's optimizing compiler in a busy loop), and
+/// unmapped here, such a child would map it on its own, 11 MiB of pages no other process maps,
+/// which count as its private memory. A mapping that holds anonymous memory already (relocated
+/// data made read-only) is copied at each fork as it is: the learned pages are only mapped in
+/// it, nothing unmapped. Where the kernel
 /// refuses the write (booted with `proc_mem.force_override=never`), nothing changes: children
 /// map those pages themselves, as before.
 pub fn map_read_pages_at_fork(pages: &mut HotPages) -> usize {
@@ -314,17 +321,23 @@ pub fn map_read_pages_at_fork(pages: &mut HotPages) -> usize {
         if mem.write_at(&[byte], inside[0] as u64).ok() != Some(1) {
             continue;
         }
-        advise(region.start, region.end, libc::MADV_DONTNEED);
-        // Mapping a page maps its neighbours too (the kernel's fault-around): unmapped after.
-        let mut from = region.start;
+        if region.executable {
+            advise(inside[0], inside[0] + PAGE, libc::MADV_DONTNEED);
+        } else {
+            advise(region.start, region.end, libc::MADV_DONTNEED);
+        }
         for (start, len) in runs(inside) {
             advise(start, start + len, libc::MADV_POPULATE_READ);
         }
-        for (start, len) in runs(inside) {
-            advise(from, start, libc::MADV_DONTNEED);
-            from = start + len;
+        if !region.executable {
+            // Mapping a page maps its neighbours too (the kernel's fault-around): unmapped again.
+            let mut from = region.start;
+            for (start, len) in runs(inside) {
+                advise(from, start, libc::MADV_DONTNEED);
+                from = start + len;
+            }
+            advise(from, region.end, libc::MADV_DONTNEED);
         }
-        advise(from, region.end, libc::MADV_DONTNEED);
         carried.push((region.start, region.end));
     }
     let before = pages.read.len();
@@ -564,8 +577,9 @@ mod tests {
     }
 
     /// A 16-page file (a memfd: no file left behind), each page filled with its own number,
-    /// mapped private: read-only, or written first and then made read-only (as relocations are).
-    fn mapped_file(written_then_read_only: bool) -> usize {
+    /// mapped private: read-only, or written first and then made read-only (as relocations are),
+    /// or as code.
+    fn mapped_file(written_then_read_only: bool, code: bool) -> usize {
         // SAFETY: a new memfd, filled, and mapped whole; the mapping lives until the test ends.
         unsafe {
             let fd = libc::memfd_create(c"prefault-test".as_ptr(), 0);
@@ -576,9 +590,10 @@ mod tests {
                     PAGE as isize
                 );
             }
-            let protection = match written_then_read_only {
-                true => libc::PROT_READ | libc::PROT_WRITE,
-                false => libc::PROT_READ,
+            let protection = match (written_then_read_only, code) {
+                (true, _) => libc::PROT_READ | libc::PROT_WRITE,
+                (false, true) => libc::PROT_READ | libc::PROT_EXEC,
+                (false, false) => libc::PROT_READ,
             };
             let at = libc::mmap(
                 std::ptr::null_mut(),
@@ -629,7 +644,7 @@ mod tests {
 
     #[test]
     fn learned_read_pages_come_mapped_with_the_fork_and_no_others() {
-        let at = mapped_file(false);
+        let at = mapped_file(false, false);
         let page = |i: usize| at + i * PAGE;
         // SAFETY: pages of the mapping above.
         let read = |i: usize| unsafe { (page(i) as *const u8).read_volatile() };
@@ -651,8 +666,25 @@ mod tests {
     }
 
     #[test]
+    fn code_the_zygote_has_mapped_stays_mapped() {
+        let at = mapped_file(false, true);
+        let page = |i: usize| at + i * PAGE;
+        // SAFETY: a page of the mapping above.
+        assert_eq!(unsafe { (page(12) as *const u8).read_volatile() }, 12);
+        let mut hot = HotPages {
+            written: vec![],
+            read: vec![page(0), page(5)],
+        };
+        assert_eq!(map_read_pages_at_fork(&mut hot), 2);
+        assert_eq!(
+            mapped_in_a_child(&[page(0), page(5), page(12)]),
+            [true, true, true]
+        );
+    }
+
+    #[test]
     fn a_read_only_mapping_that_was_written_keeps_what_was_written() {
-        let at = mapped_file(true);
+        let at = mapped_file(true, false);
         let page = |i: usize| at + i * PAGE;
         let mut hot = HotPages {
             written: vec![],
