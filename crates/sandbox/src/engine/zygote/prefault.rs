@@ -273,9 +273,8 @@ pub fn learn(probe: impl FnOnce(&mut dyn FnMut()) -> [Duration; 2]) -> Result<Le
 /// unmapped here, such a child would map it on its own, 11 MiB of pages no other process maps,
 /// which count as its private memory. A mapping that holds anonymous memory already (relocated
 /// data made read-only) is copied at each fork as it is: the learned pages are only mapped in
-/// it, nothing unmapped. Where the kernel
-/// refuses the write (booted with `proc_mem.force_override=never`), nothing changes: children
-/// map those pages themselves, as before.
+/// it, nothing unmapped. Where the kernel refuses the write (booted with
+/// `proc_mem.force_override=never`), nothing changes: children map those pages themselves.
 pub fn map_read_pages_at_fork(pages: &mut HotPages) -> usize {
     use std::os::unix::fs::FileExt;
     let Ok(regions) = smaps_with("Anonymous:") else {
