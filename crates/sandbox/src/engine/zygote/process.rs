@@ -86,6 +86,9 @@ pub enum BootError {
     /// The control socket to the server failed.
     #[error("the control socket failed")]
     Control(#[source] std::io::Error),
+    /// The job the build runs before taking the compiled code failed (Python's error).
+    #[error("the build's import job failed: {0}")]
+    BuildJob(String),
 }
 
 /// The zygote's main: never returns. Call before any thread exists.
@@ -204,7 +207,17 @@ fn boot(
 /// that loop again (~0.2 s of a cold start) or parsing and compiling the JS it runs (~40 ms).
 /// V8 takes such code only in a process with the same V8, flags and CPU, so this sets the
 /// zygote's flags for this process: call it in a process of its own, before any isolate exists.
-pub fn make_compiled_code(snapshot: crate::engine::Snapshot) -> Result<CompiledCode, BootError> {
+///
+/// Before the code is taken, the sandbox runs `job` (Python; the build imports wheelhouse
+/// packages, see build.rs): what V8 optimizes while it runs is carried too. Single-threaded, V8
+/// optimizes a wasm function on the thread that calls it, when its budget runs out, and in a
+/// child that work dies with it: `import sympy` spent ~46 ms of a child's CPU optimizing
+/// CPython's functions that imports use (unmarshalling, making classes), in every child (perf,
+/// a build with symbols).
+pub fn make_compiled_code(
+    snapshot: crate::engine::Snapshot,
+    job: &str,
+) -> Result<CompiledCode, BootError> {
     let platform = init_v8_forkable();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -224,9 +237,36 @@ pub fn make_compiled_code(snapshot: crate::engine::Snapshot) -> Result<CompiledC
         &rt,
         &platform,
     )?;
+    run_build_job(&mut boot, &rt, &platform, job)?;
     let wasm = compiled_wasm::serialize(&mut boot.js).ok_or(BootError::NoCompiledCode)?;
     let js = code_cache::make(&mut boot.js).map_err(|module| BootError::NoCodeCache { module })?;
     Ok(CompiledCode { wasm, js })
+}
+
+/// Runs `code` as the one job of a sandbox just booted (no warm-up), to its outcome.
+fn run_build_job(
+    boot: &mut Boot,
+    rt: &tokio::runtime::Runtime,
+    platform: &v8::SharedRef<v8::Platform>,
+    code: &str,
+) -> Result<(), BootError> {
+    boot.warm.answer(false);
+    let job = serde_json::json!({"code": code, "filename": "<build>", "reseed": true});
+    let Boot { js, parts, .. } = boot;
+    let _ = parts.job_tx.send(job.to_string());
+    let report = rt.block_on(async {
+        tokio::select! {
+            report = parts.outcome_rx.recv() => Ok(report.unwrap_or_default()),
+            ended = std::future::poll_fn(|cx| isolate::poll_js(js, Some(platform), cx)) => {
+                Err(BootError::Ended { when: "running the build's import job", source: ended.err() })
+            }
+        }
+    })?;
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
+    match &report["error"] {
+        serde_json::Value::Null if report.is_object() => Ok(()),
+        error => Err(BootError::BuildJob(error.to_string())),
+    }
 }
 
 fn serve(options: ZygoteOptions) -> Result<(), BootError> {
