@@ -480,14 +480,15 @@ pub fn probe(
     }
     let mut run_one = || {
         let started = Instant::now();
-        let job = serde_json::json!({"code": "print(1)", "filename": "<probe>", "reseed": true});
-        let _ = job_tx.send(job.to_string());
-        rt.block_on(async {
-            tokio::select! {
-                _ = outcome_rx.recv() => {}
-                _ = std::future::poll_fn(|cx| isolate::poll_js(&mut js, Some(&platform), cx)) => {}
-            }
-        });
+        let _ = run_to_report(
+            rt,
+            &mut js,
+            &platform,
+            &job_tx,
+            &mut outcome_rx,
+            "print(1)",
+            "<probe>",
+        );
         started.elapsed()
     };
     let first = run_one();
@@ -497,4 +498,26 @@ pub fn probe(
     std::mem::forget(outcome_rx);
     std::mem::forget(job_tx);
     [first, steady]
+}
+
+/// Hands the runner of a sandbox that is not a child's (the probe's, the build's) the job `code`,
+/// and drives it to its report: the report's JSON, or, if its event loop ended first, the error
+/// it ended with.
+pub fn run_to_report(
+    rt: &tokio::runtime::Runtime,
+    js: &mut JsRuntime,
+    platform: &v8::SharedRef<v8::Platform>,
+    job_tx: &mpsc::UnboundedSender<String>,
+    outcome_rx: &mut mpsc::UnboundedReceiver<String>,
+    code: &str,
+    filename: &str,
+) -> Result<String, Option<CoreError>> {
+    let job = serde_json::json!({"code": code, "filename": filename, "reseed": true});
+    let _ = job_tx.send(job.to_string());
+    rt.block_on(async {
+        tokio::select! {
+            report = outcome_rx.recv() => Ok(report.unwrap_or_default()),
+            ended = std::future::poll_fn(|cx| isolate::poll_js(js, Some(platform), cx)) => Err(ended.err()),
+        }
+    })
 }

@@ -251,16 +251,19 @@ fn run_build_job(
     code: &str,
 ) -> Result<(), BootError> {
     boot.warm.answer(false);
-    let job = serde_json::json!({"code": code, "filename": "<build>", "reseed": true});
     let Boot { js, parts, .. } = boot;
-    let _ = parts.job_tx.send(job.to_string());
-    let report = rt.block_on(async {
-        tokio::select! {
-            report = parts.outcome_rx.recv() => Ok(report.unwrap_or_default()),
-            ended = std::future::poll_fn(|cx| isolate::poll_js(js, Some(platform), cx)) => {
-                Err(BootError::Ended { when: "running the build's import job", source: ended.err() })
-            }
-        }
+    let report = child::run_to_report(
+        rt,
+        js,
+        platform,
+        &parts.job_tx,
+        &mut parts.outcome_rx,
+        code,
+        "<build>",
+    )
+    .map_err(|source| BootError::Ended {
+        when: "running the build's import job",
+        source,
     })?;
     let report: serde_json::Value = serde_json::from_str(&report).unwrap_or_default();
     match &report["error"] {
