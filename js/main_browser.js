@@ -217,7 +217,7 @@ function startWorker() {
       wheelIndexes.set(fileName, index);
       return index;
     },
-    wheelMember: (fileName, i, size) => {
+    wheelMember: (fileName, i, dest) => {
       let files = wheelFiles.get(fileName);
       if (!files) {
         const bytes = syncRequest("POST", "wheel-files", fileName);
@@ -230,7 +230,9 @@ function startWorker() {
         wheelFiles.set(fileName, files);
       }
       const bytes = files[i];
-      return bytes && bytes.length === size ? bytes.slice() : null;
+      if (!bytes || bytes.length !== dest.length) return false;
+      dest.set(bytes);
+      return true;
     },
   };
   const wheelIndexes = new Map();

@@ -37,12 +37,11 @@ const host = {
     const index = ops.op_wheels_index(encodeCounted(fileName));
     return index ? JSON.parse(index) : null;
   },
-  // The buffer is allocated here (charged to the memory budget); the op unpacks the file into it.
-  wheelMember: (fileName, i, size) => {
+  // The op unpacks the file straight into `dest` (the runner's buffer, or wasm memory itself).
+  wheelMember: (fileName, i, dest) => {
     let name = wheelNames.get(fileName);
     if (!name) wheelNames.set(fileName, (name = encodeCounted(fileName)));
-    const bytes = new Uint8Array(size);
-    return ops.op_wheels_member_fill(name, i, bytes) ? bytes : null;
+    return ops.op_wheels_member_fill(name, i, dest);
   },
 };
 

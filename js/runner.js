@@ -12,8 +12,8 @@
  *   host.wheelLock()                     -> string: the wheelhouse's lock (Pyodide's format)
  *   host.wheelIndex(fileName)            -> [[path, size], …]: the files of a wheel (or of its
  *                                           bytecode zip), or null if the host has no such file
- *   host.wheelMember(fileName, i, size) -> Uint8Array: the bytes of the index's i-th file (size
- *                                           long), or null
+ *   host.wheelMember(fileName, i, dest) -> bool: puts the bytes of the index's i-th file into
+ *                                           `dest` (a Uint8Array of its size); false if it cannot
  *
  * The Python half of the bridge is codemode.py; its source is handed in as `preludeSource`.
  */
@@ -154,7 +154,9 @@ export function installWheel(FS, host, fileName, dir) {
       const [name, size] = index[i];
       const path = `${dir}/${name}`;
       FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
-      FS.writeFile(path, host.wheelMember(fileName, i, size));
+      const bytes = new Uint8Array(size);
+      if (!host.wheelMember(fileName, i, bytes)) throw new FS.ErrnoError(29); // EIO
+      FS.writeFile(path, bytes);
     }
     return true;
   }
@@ -186,11 +188,14 @@ let lazyTree = null;
  */
 function lazyFiles(FS) {
   const { dir, file } = FS.filesystems.MEMFS.ops_table;
+  const unpack = (node, dest) => {
+    const [host, fileName, i] = node.lazy;
+    if (!host.wheelMember(fileName, i, dest)) throw new FS.ErrnoError(29); // EIO
+  };
   const load = (node) => {
     if (!node.lazy) return;
-    const [host, fileName, i] = node.lazy;
-    const bytes = host.wheelMember(fileName, i, node.usedBytes);
-    if (!bytes) throw new FS.ErrnoError(29); // EIO
+    const bytes = new Uint8Array(node.usedBytes);
+    unpack(node, bytes);
     node.lazy = null;
     node.contents = bytes;
     node.node_ops = file.node;
@@ -209,8 +214,35 @@ function lazyFiles(FS) {
       return file.node.setattr(node, attr);
     },
   };
-  // A stream keeps the operations its node had when opened: these, whose `open` loads.
-  const fileStreamOps = { ...file.stream, open: (stream) => load(stream.node) };
+  // A stream keeps the operations its node had when opened: these, which load the file before
+  // anything but a read uses it.
+  const loading =
+    (op) =>
+    (stream, ...rest) => {
+      load(stream.node);
+      return op(stream, ...rest);
+    };
+  const fileStreamOps = {
+    ...file.stream,
+    write: loading(file.stream.write),
+    mmap: loading(file.stream.mmap),
+    msync: loading(file.stream.msync),
+    // The first read of a whole file (how Python reads a module's bytecode) is unpacked straight
+    // into the reader's buffer, wasm memory: no copy of the file is made and kept, which cost
+    // `import sympy` an allocation per file, a copy of 24 MB and the GCs it prompted. A file read
+    // again, or in parts, is loaded and kept.
+    read(stream, buffer, offset, length, position) {
+      const node = stream.node;
+      if (node.lazy && !node.readOnce && position === 0 && length >= node.usedBytes) {
+        unpack(node, new Uint8Array(buffer.buffer, buffer.byteOffset + offset, node.usedBytes));
+        node.readOnce = true;
+        return node.usedBytes;
+      }
+      if (node.lazy && position >= node.usedBytes) return 0;
+      load(stream.node);
+      return file.stream.read(stream, buffer, offset, length, position);
+    },
+  };
 
   const path = (parent, name) => `${FS.getPath(parent)}/${name}`;
   // Puts folder `name` of a wheel into `node` now: what is there is replaced, as unzipping over

@@ -136,17 +136,35 @@ def ref(name):
     with open(os.path.join("/tmp/ref/markdown", name), "rb") as f:
         return f.read()
 assert os.path.getsize(os.path.join(md, "core.py")) == len(ref("core.py")) > 20000
+def path(name):
+    return os.path.join(md, name)
+def read(p):
+    with open(p, "rb") as f:
+        return f.read()
+# Read in parts, at an offset, whole and again: the same bytes (a first whole read is unpacked
+# straight into the reader's buffer, a later one from a copy kept).
+with open(path("inlinepatterns.py"), "rb") as f:
+    head = f.read(100)
+    assert head + f.read() == ref("inlinepatterns.py") and len(head) == 100
+fd = os.open(path("test_tools.py"), os.O_RDONLY)
+assert os.pread(fd, 50, 10) == ref("test_tools.py")[10:60]
+os.close(fd)
+assert read(path("__meta__.py")) == read(path("__meta__.py")) == read(path("__meta__.py")) == ref("__meta__.py")
+with open(path("blockprocessors.py"), "rb") as f:
+    assert f.read() == ref("blockprocessors.py") and f.read() == b""
+    f.seek(5)
+    assert f.read(20) == ref("blockprocessors.py")[5:25]
 # Every file of every installed distribution matches its RECORD.
 checked = 0
 for dist in importlib.metadata.distributions(path=[site]):
     for row in csv.reader(dist.read_text("RECORD").splitlines()):
-        path, digest, size = row
+        recorded, digest, size = row
         if not digest:
             continue
-        with open(os.path.join(site, path), "rb") as f:
+        with open(os.path.join(site, recorded), "rb") as f:
             data = f.read()
         want = base64.urlsafe_b64decode(digest.split("=", 1)[1] + "==")
-        assert hashlib.sha256(data).digest() == want and len(data) == int(size), path
+        assert hashlib.sha256(data).digest() == want and len(data) == int(size), recorded
         checked += 1
 # The bytecode build.rs compiled sits beside the sources, and the import uses it.
 import markdown.core
@@ -154,8 +172,6 @@ assert markdown.core.__cached__ == importlib.util.cache_from_source(markdown.cor
 with open(markdown.core.__cached__, "rb") as f:
     assert f.read(8)[4:8] == b"\x01\x00\x00\x00"  # a hash-based pyc whose source is not checked (PEP 552)
 # Writing to files no one has read yet.
-def path(name):
-    return os.path.join(md, name)
 with open(path("util.py"), "w") as f:
     f.write("x = 1\n")
 with open(path("serializers.py"), "a") as f:
@@ -166,9 +182,6 @@ with open(path("htmlparser.py"), "r+b") as f:
 os.rename(path("postprocessors.py"), "/tmp/moved.py")
 shutil.copy(path("preprocessors.py"), "/tmp/copied.py")
 os.unlink(path("treeprocessors.py"))
-def read(p):
-    with open(p, "rb") as f:
-        return f.read()
 assert read(path("util.py")) == b"x = 1\n"
 assert read(path("serializers.py")) == ref("serializers.py") + b"# end\n"
 assert read(path("blockparser.py")) == ref("blockparser.py")[:10]

@@ -1339,16 +1339,20 @@ async fn heavy_over_mcp(kind: &str, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f
 /// `import MOD` in a fresh sandbox: the whole import, and the part spent installing the wheels
 /// (the wheelhouse finder's own time; folders are filled in and files read later, as the import
 /// opens them).
-/// With `installed`, the package is installed and every file of it opened (which reads its bytes
-/// from the host, outside Python's heap) before the clock starts: what is left is the package's
-/// own import, as if its files had always been there.
+/// With `installed`, the package is installed and every file of it read and written back as it
+/// was (times too) before the clock starts, so each is a plain file of the in-memory filesystem:
+/// what is left is the package's own import, as if its files had always been there.
 fn import_script(module: &str, installed: bool) -> String {
     let setup = if installed {
         format!(
             "import os\ncodemode._WHEELHOUSE.install(codemode._WHEELHOUSE.package_for({module:?}))\n\
              for folder, _, files in os.walk(codemode._site_packages()):\n    \
              for name in files:\n        \
-             os.close(os.open(os.path.join(folder, name), os.O_RDONLY))\n"
+             path = os.path.join(folder, name)\n        \
+             times = os.stat(path)\n        \
+             with open(path, 'rb') as f: data = f.read()\n        \
+             with open(path, 'wb') as f: f.write(data)\n        \
+             os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))\n"
         )
     } else {
         String::new()
@@ -1441,7 +1445,7 @@ async fn packages_section(quick: bool) {
         }
     }
     println!();
-    println!("- Row 11: each sample is one `execute_code` through `serve --sandbox fork` or `--sandbox thread --pool-size 0` (a fresh sandbox each: a child forked from the warmed zygote, or a thread sandbox restored from the snapshot when the call comes) running `import MOD` timed with `time.perf_counter()`. \"Installing (finder)\" is the wheelhouse finder's own time (laying out the package and its dependencies, with their bytecode, unread: a folder's files are made when something first looks into it, a file's bytes read when it is first opened); the whole import also does that for what it opens. \"The package's own import\" is timed in sandboxes where the package was installed and all its files opened (so read from the host) before the clock started (samples alternate with the fresh ones); \"over its own import\" is the difference of the two p50s, what the target bounds.");
+    println!("- Row 11: each sample is one `execute_code` through `serve --sandbox fork` or `--sandbox thread --pool-size 0` (a fresh sandbox each: a child forked from the warmed zygote, or a thread sandbox restored from the snapshot when the call comes) running `import MOD` timed with `time.perf_counter()`. \"Installing (finder)\" is the wheelhouse finder's own time (laying out the package and its dependencies, with their bytecode, unread: a folder's files are made when something first looks into it, a file's bytes unpacked by the host when it is first read); the whole import also does that for what it opens. \"The package's own import\" is timed in sandboxes where the package was installed and all its files read and written back as they were (so plain files in memory) before the clock started (samples alternate with the fresh ones); \"over its own import\" is the difference of the two p50s, what the target bounds.");
 }
 
 fn cell_text(text: &str) -> String {
