@@ -545,7 +545,7 @@ class _Wheelhouse:
         for dep in entry.get("depends", []):
             done += self.install(dep, seen)
         # Its files (and the bytecode build.rs compiled for them, if the host has it) are laid out
-        # unread; each one's bytes come from the host when it is first opened (js/runner.js).
+        # unread; each one's bytes come from the host when it is first read (js/runner.js).
         if not _host().install_wheel(entry["file_name"], _site_packages()):
             raise ModuleNotFoundError(f"the wheelhouse lists {entry['file_name']} but the host does not serve it", name=name)
         if entry.get("bytecode"):
