@@ -218,10 +218,10 @@ const BUILD_WARM_ROUNDS: u32 = 2 * Warming::MAX_ROUNDS;
 /// child that work dies with it: `import sympy` spent ~46 ms of a child's CPU optimizing
 /// CPython's functions that imports use (unmarshalling, making classes), in every child (perf,
 /// a build with symbols). Before the job, the sandbox runs [`BUILD_WARM_ROUNDS`] of a zygote's
-/// warm-up rounds, more than a zygote runs, so that what they optimize comes with the build too
-/// (measured, three server starts each: a zygote warm after 8–11 rounds in 0.79–0.97 s against
-/// 10–15 in 1.02–1.35 s, its last round 46–47 ms against 49–66; 400 back-to-back `print(1)`,
-/// three alternations: 9.35–9.49 ms of CPU each against 9.49–10.34).
+/// warm-up rounds, more than a zygote runs, so that what they optimize comes with the build too:
+/// a zygote's rounds got faster (the last 47 ms against 49–67), and 400 back-to-back `print(1)`
+/// cost less CPU each (three alternations: 9.35–9.49 ms against 9.49–10.34; with
+/// `Warming::MIN_ROUNDS`, in a slower hour, 10.7–12.2 against 12.6–14.0).
 pub fn make_compiled_code(
     snapshot: crate::engine::Snapshot,
     job: &str,
@@ -556,6 +556,11 @@ impl Warming {
     const MAX_ROUNDS: u32 = 40;
     /// Rounds without a gain after which V8 has done its tiering.
     const FLAT_ROUNDS: u32 = 6;
+    /// Rounds run however soon they are flat. The build's compiled code makes them flat early
+    /// (its wasm is optimized already), but the JS a job runs (installing a wheel's files among
+    /// it) is tiered up only here: after 8 rounds, a child's finder took ~9 ms to install sympy
+    /// where it took ~5.5 after the 10–15 rounds a zygote ran before.
+    const MIN_ROUNDS: u32 = 15;
     /// Rounds run again after a probe found a child's first job slow, and how often.
     const MORE_ROUNDS: u32 = 3;
     const MAX_PROBES: u32 = 4;
@@ -652,7 +657,10 @@ impl Warming {
         self.best = Some(self.best.map_or(took, |best| best.min(took)));
         let enough = match self.until {
             Some(until) => self.rounds >= until,
-            None => self.rounds == Self::MAX_ROUNDS || self.flat >= Self::FLAT_ROUNDS,
+            None => {
+                self.rounds == Self::MAX_ROUNDS
+                    || (self.flat >= Self::FLAT_ROUNDS && self.rounds >= Self::MIN_ROUNDS)
+            }
         };
         if enough {
             self.stage = Stage::Settle;
