@@ -644,6 +644,12 @@ impl Warming {
             return Ok(());
         }
         let took = std::mem::take(&mut self.this_round);
+        self.end_round(took);
+        Ok(())
+    }
+
+    /// Counts a round that took `took`, and settles once enough rounds ran.
+    fn end_round(&mut self, took: Duration) {
         self.rounds += 1;
         self.last_round = took;
         tracing::debug!(
@@ -665,7 +671,6 @@ impl Warming {
         if enough {
             self.stage = Stage::Settle;
         }
-        Ok(())
     }
 }
 
@@ -748,6 +753,37 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn warm_up_runs_until_rounds_are_flat_and_never_fewer_than_the_minimum() {
+        // Flat from the first round (the build's compiled code): still MIN_ROUNDS.
+        let mut warming = Warming::new(true);
+        while warming.stage == Stage::Rounds {
+            warming.end_round(ms(50));
+        }
+        assert_eq!(warming.rounds, Warming::MIN_ROUNDS);
+        assert_eq!(warming.stage, Stage::Settle);
+        // Getting faster for a while: FLAT_ROUNDS after the last gain.
+        let mut warming = Warming::new(true);
+        let mut took = ms(2_000);
+        for _ in 0..20 {
+            took = took.mul_f64(0.85); // a gain: more than 10 %
+            warming.end_round(took);
+            assert_eq!(warming.stage, Stage::Rounds);
+        }
+        while warming.stage == Stage::Rounds {
+            warming.end_round(took);
+        }
+        assert_eq!(warming.rounds, 20 + Warming::FLAT_ROUNDS);
+        // Never past MAX_ROUNDS.
+        let mut warming = Warming::new(true);
+        let mut took = ms(10_000);
+        while warming.stage == Stage::Rounds {
+            took = took.mul_f64(0.8);
+            warming.end_round(took);
+        }
+        assert_eq!(warming.rounds, Warming::MAX_ROUNDS);
     }
 
     #[test]
