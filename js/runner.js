@@ -155,7 +155,7 @@ export function installWheel(FS, host, fileName, dir) {
       const path = `${dir}/${name}`;
       FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
       const bytes = new Uint8Array(size);
-      if (!host.wheelMember(fileName, i, bytes)) throw new FS.ErrnoError(29); // EIO
+      unpackWheelMember(FS, [host, fileName, i], bytes);
       FS.writeFile(path, bytes);
     }
     return true;
@@ -182,20 +182,21 @@ export function installWheel(FS, host, fileName, dir) {
 
 let lazyTree = null;
 
+/** Puts the bytes of the file `[host, fileName, i]` names into `dest`, of its size; else EIO. */
+function unpackWheelMember(FS, [host, fileName, i], dest) {
+  if (!host.wheelMember(fileName, i, dest)) throw new FS.ErrnoError(29); // EIO
+}
+
 /**
  * MEMFS's operations for the files and folders installWheel lays out: a file's bytes are read,
  * and a folder filled in, before anything uses them.
  */
 function lazyFiles(FS) {
   const { dir, file } = FS.filesystems.MEMFS.ops_table;
-  const unpack = (node, dest) => {
-    const [host, fileName, i] = node.lazy;
-    if (!host.wheelMember(fileName, i, dest)) throw new FS.ErrnoError(29); // EIO
-  };
   const load = (node) => {
     if (!node.lazy) return;
     const bytes = new Uint8Array(node.usedBytes);
-    unpack(node, bytes);
+    unpackWheelMember(FS, node.lazy, bytes);
     node.lazy = null;
     node.contents = bytes;
     node.node_ops = file.node;
@@ -234,12 +235,13 @@ function lazyFiles(FS) {
     read(stream, buffer, offset, length, position) {
       const node = stream.node;
       if (node.lazy && !node.readOnce && position === 0 && length >= node.usedBytes) {
-        unpack(node, new Uint8Array(buffer.buffer, buffer.byteOffset + offset, node.usedBytes));
+        const dest = new Uint8Array(buffer.buffer, buffer.byteOffset + offset, node.usedBytes);
+        unpackWheelMember(FS, node.lazy, dest);
         node.readOnce = true;
         return node.usedBytes;
       }
       if (node.lazy && position >= node.usedBytes) return 0;
-      load(stream.node);
+      load(node);
       return file.stream.read(stream, buffer, offset, length, position);
     },
   };
