@@ -11,6 +11,10 @@ use std::{fs, path::Path};
 /// Set on this script's own child process, which makes the zygote's compiled code (see
 /// [`compiled_code`]) and writes it beside the snapshot at the path given.
 const COMPILED_CODE_STEP: &str = "MCP_CODE_MODE_BUILD_COMPILED_CODE";
+/// Which of the step's two passes a child process runs (see [`compiled_code`]).
+const COMPILED_CODE_PASS: &str = "MCP_CODE_MODE_BUILD_COMPILED_CODE_PASS";
+const FIRST_PASS: &str = "first";
+const SECOND_PASS: &str = "second";
 
 /// What the build's sandbox runs before V8's compiled code is taken (see `make_compiled_code`):
 /// imports of wheelhouse packages agents use most, three times over (each time from scratch),
@@ -87,20 +91,24 @@ fn bytecode(runtime: &tokio::runtime::Runtime, snapshot: Vec<u8>) {
 }
 
 /// The zygote's compiled code: for Pyodide's module (`OUT_DIR/pyodide.wasm-code`) and the JS
-/// modules' code caches (`OUT_DIR/boot.js-code`), embedded by src/assets.rs; made in a child
-/// process of this script: V8 takes compiled code only in a process with the flags it was made
+/// modules' code caches (`OUT_DIR/boot.js-code`), embedded by src/assets.rs; made in child
+/// processes of this script: V8 takes compiled code only in a process with the flags it was made
 /// with, and the zygote's flags (single-threaded V8) are not this process's, which has made the
-/// snapshot already.
+/// snapshot already. In two passes (see `make_compiled_code`), a process each: the first writes
+/// `pyodide.wasm-code.first`, which the second starts from.
 fn compiled_code(snapshot_path: &Path) {
     let script = std::env::current_exe().expect("the build script's own path");
-    let status = std::process::Command::new(script)
-        .env(COMPILED_CODE_STEP, snapshot_path)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot start the build script again: {e}"));
-    assert!(
-        status.success(),
-        "could not make the zygote's compiled code ({status})"
-    );
+    for pass in [FIRST_PASS, SECOND_PASS] {
+        let status = std::process::Command::new(&script)
+            .env(COMPILED_CODE_STEP, snapshot_path)
+            .env(COMPILED_CODE_PASS, pass)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot start the build script again: {e}"));
+        assert!(
+            status.success(),
+            "could not make the zygote's compiled code ({pass} pass: {status})"
+        );
+    }
 }
 
 fn compiled_code_step(snapshot_path: &Path) {
@@ -125,10 +133,28 @@ fn compiled_code_step(snapshot_path: &Path) {
     }
     let house = wheels::Wheelhouse::embedded().unwrap_or_else(|e| panic!("{e}"));
     wheels::use_wheelhouse(house.with_bytecode(&zips));
-    let code = engine::zygote::make_compiled_code(std::sync::Arc::new(snapshot), IMPORT_JOB)
-        .unwrap_or_else(|e| panic!("could not make the zygote's compiled code: {}", Chain(&e)));
-    for (name, bytes) in [("pyodide.wasm-code", code.wasm), ("boot.js-code", code.js)] {
-        let out = snapshot_path.with_file_name(name);
+    let first_code = snapshot_path.with_file_name("pyodide.wasm-code.first");
+    let pass = std::env::var(COMPILED_CODE_PASS).expect("the pass is set with the step");
+    let first: Option<&'static [u8]> = (pass == SECOND_PASS).then(|| {
+        let bytes = fs::read(&first_code)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", first_code.display()));
+        &*bytes.leak()
+    });
+    let code = engine::zygote::make_compiled_code(std::sync::Arc::new(snapshot), IMPORT_JOB, first)
+        .unwrap_or_else(|e| {
+            panic!(
+                "could not make the zygote's compiled code ({pass} pass): {}",
+                Chain(&e)
+            )
+        });
+    let outputs = match first {
+        None => vec![(first_code, code.wasm)],
+        Some(_) => vec![
+            (snapshot_path.with_file_name("pyodide.wasm-code"), code.wasm),
+            (snapshot_path.with_file_name("boot.js-code"), code.js),
+        ],
+    };
+    for (out, bytes) in outputs {
         fs::write(&out, bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
     }
 }

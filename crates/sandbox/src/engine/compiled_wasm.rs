@@ -124,3 +124,117 @@ unsafe extern "C" fn offer_cache(caching: *mut v8::ModuleCachingInterface) {
     let taken = OFFERED.with(|offered| caching.set_cached_compiled_module_bytes(offered.get()));
     TAKEN.with(|t| t.set(taken));
 }
+
+/// V8's tiering budget for a wasm function in a forkable process (`--wasm-tiering-budget`, see
+/// `zygote::process::init_v8_forkable`): what a function's Liftoff code spends as it runs, and
+/// when it is spent, V8 optimizes the function with TurboFan.
+pub(crate) const TIERING_BUDGET: u32 = 52_000_000;
+
+/// What [`rewrite_budgets`] gives every function that has not been optimized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Budgets {
+    /// A function that ran (its budget partly spent) is optimized the next time it runs: the
+    /// build's first pass hands its code to the second this way, so the second optimizes all
+    /// that its job runs (see `zygote::make_compiled_code`).
+    RanToSpent,
+    /// Every budget full: no process starts with a budget another left nearly spent, which
+    /// would have every child optimize the same functions (and throw the work away) as soon as
+    /// its job runs them a little.
+    Full,
+}
+
+/// Rewrites the tiering budgets that a serialization of Pyodide's module (see [`serialize`])
+/// carries, and V8 restores as the module's: one little-endian u32 per function the module
+/// declares, last in the serialization (`NativeModuleSerializer::WriteTieringBudget` in V8's
+/// src/wasm/wasm-serialization.cc). A budget is a count V8 spends and refills, any value safe.
+/// Errs, naming what it found, where the tail is not such budgets.
+pub(crate) fn rewrite_budgets(code: &mut [u8], budgets: Budgets) -> Result<(), String> {
+    let wire = crate::assets::pyodide_file("pyodide.asm.wasm")
+        .ok_or("Pyodide's module is not embedded")?;
+    let declared = declared_functions(&wire)?;
+    let tail = code
+        .len()
+        .checked_sub(declared * 4)
+        .ok_or("the serialization is shorter than its functions' budgets")?;
+    for bytes in code[tail..].chunks_exact_mut(4) {
+        let budget = u32::from_le_bytes(bytes.try_into().expect("four bytes"));
+        if budget > TIERING_BUDGET {
+            return Err(format!(
+                "a function's budget in the serialization is {budget}, over the flag's {TIERING_BUDGET}: not V8's layout as expected"
+            ));
+        }
+        let new = match budgets {
+            Budgets::RanToSpent if budget < TIERING_BUDGET => 1,
+            Budgets::RanToSpent => budget,
+            Budgets::Full => TIERING_BUDGET,
+        };
+        bytes.copy_from_slice(&new.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// How many functions a wasm module declares (its function section's count; imports aside).
+fn declared_functions(wire: &[u8]) -> Result<usize, String> {
+    for payload in wasmparser::Parser::new(0).parse_all(wire) {
+        match payload {
+            Ok(wasmparser::Payload::FunctionSection(functions)) => {
+                return Ok(functions.count() as usize)
+            }
+            Ok(_) => {}
+            Err(e) => return Err(format!("Pyodide's module does not parse: {e}")),
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A serialization's shape as far as [`rewrite_budgets`] knows it: code, then one budget per
+    /// declared function.
+    fn serialization(budgets: &[u32]) -> Vec<u8> {
+        let mut bytes = b"code V8 wrote".to_vec();
+        bytes.extend(budgets.iter().flat_map(|b| b.to_le_bytes()));
+        bytes
+    }
+
+    fn budgets(code: &[u8], n: usize) -> Vec<u32> {
+        code[code.len() - 4 * n..]
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn budgets_are_rewritten_in_the_tail_and_nothing_else() {
+        let wire = crate::assets::pyodide_file("pyodide.asm.wasm").unwrap();
+        let n = declared_functions(&wire).unwrap();
+        assert!(n > 10_000, "Pyodide's module declares {n} functions");
+        let mut given = vec![TIERING_BUDGET; n];
+        (given[0], given[1], given[n - 1]) = (0, 17, TIERING_BUDGET - 1);
+
+        let mut code = serialization(&given);
+        rewrite_budgets(&mut code, Budgets::RanToSpent).unwrap();
+        assert!(code.starts_with(b"code V8 wrote"));
+        let mut spent = vec![TIERING_BUDGET; n];
+        (spent[0], spent[1], spent[n - 1]) = (1, 1, 1);
+        assert_eq!(budgets(&code, n), spent);
+
+        rewrite_budgets(&mut code, Budgets::Full).unwrap();
+        assert!(code.starts_with(b"code V8 wrote"));
+        assert_eq!(budgets(&code, n), vec![TIERING_BUDGET; n]);
+    }
+
+    #[test]
+    fn a_tail_that_is_not_budgets_is_refused() {
+        let wire = crate::assets::pyodide_file("pyodide.asm.wasm").unwrap();
+        let n = declared_functions(&wire).unwrap();
+        let mut over = serialization(&vec![TIERING_BUDGET + 1; n]);
+        let error = rewrite_budgets(&mut over, Budgets::Full).unwrap_err();
+        assert!(error.contains("not V8's layout"), "{error}");
+        let mut short = vec![0; 4 * n - 1];
+        let error = rewrite_budgets(&mut short, Budgets::Full).unwrap_err();
+        assert!(error.contains("shorter"), "{error}");
+    }
+}

@@ -80,6 +80,13 @@ pub enum BootError {
     /// V8 kept no optimized code of Pyodide's module to serialize.
     #[error("V8 serialized no optimized code of Pyodide's module")]
     NoCompiledCode,
+    /// V8 refused the compiled code of the build's first pass in its second.
+    #[error("V8 refused the compiled code of the build's first pass")]
+    CompiledCodeRefused,
+    /// A serialization of Pyodide's module not laid out as `compiled_wasm::rewrite_budgets`
+    /// expects (another V8?).
+    #[error("cannot rewrite the tiering budgets of Pyodide's compiled code: {0}")]
+    CompiledCodeLayout(String),
     /// V8 made no code cache of one of the JS modules (its path).
     #[error("V8 made no code cache of {module}")]
     NoCodeCache { module: &'static str },
@@ -117,9 +124,10 @@ pub fn run(options: ZygoteOptions) -> ! {
 /// quarter of a second for Python's interpreter loop) by every child whose calls differed —
 /// any child with tools configured (measured: 336 ms → 26 ms for `print(1)`).
 fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
+    let wasm_budget = format!("--wasm-tiering-budget={}", compiled_wasm::TIERING_BUDGET);
     isolate::set_v8_flags(&[
         "--single-threaded",
-        "--wasm-tiering-budget=52000000",
+        &wasm_budget,
         "--invocation-count-for-turbofan=12000",
         "--no-wasm-deopt",
     ]);
@@ -134,6 +142,8 @@ struct Boot {
     parts: isolate::Parts,
     evaluated: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CoreError>>>>,
     warm: Rc<IdleWarmUp>,
+    /// V8 took `ZygoteOptions::compiled_wasm`.
+    compiled_wasm_taken: bool,
 }
 
 /// Restores (or boots) the zygote's sandbox on this thread, on `platform` (see
@@ -148,10 +158,13 @@ fn boot(
     // The snapshot inflates on a thread of its own (joined below, long before any fork) while
     // this one makes Pyodide's module from the compiled code, in an isolate of its own.
     let inflating = options.snapshot.map(std::thread::spawn);
+    let mut compiled_wasm_taken = false;
     if !options.compiled_wasm.is_empty() {
         let started = Instant::now();
         let mut isolate = v8::Isolate::new(v8::CreateParams::default());
-        if compiled_wasm::deserialize(&mut isolate, platform, options.compiled_wasm) {
+        compiled_wasm_taken =
+            compiled_wasm::deserialize(&mut isolate, platform, options.compiled_wasm);
+        if compiled_wasm_taken {
             tracing::debug!(
                 "sandbox zygote: Pyodide's compiled code from the build taken ({} KiB in {} ms)",
                 options.compiled_wasm.len() >> 10,
@@ -198,6 +211,7 @@ fn boot(
         parts,
         evaluated,
         warm,
+        compiled_wasm_taken,
     })
 }
 
@@ -222,9 +236,19 @@ const BUILD_WARM_ROUNDS: u32 = 2 * Warming::MAX_ROUNDS;
 /// a zygote's rounds got faster (the last 47 ms against 49–67), and 400 back-to-back `print(1)`
 /// cost less CPU each (three alternations: 9.35–9.49 ms against 9.49–10.34; with
 /// `Warming::MIN_ROUNDS`, in a slower hour, 10.7–12.2 against 12.6–14.0).
+///
+/// In two passes, each a process of its own (`first`: the first pass's code, None in the first
+/// pass). A job optimizes only the functions whose budgets it spends; the rest of what it runs
+/// stays Liftoff code, which V8 does not serialize, and a child compiled it again, lazily, and
+/// optimized whatever its budget (restored with the code) had left nearly spent — the same
+/// functions in every child (perf: ~20 ms of a child's `import sympy`). So the first pass's
+/// code leaves every function that ran with its budget spent ([`Budgets::RanToSpent`]); the
+/// second pass, starting from it, optimizes all that its run of the same rounds and job runs;
+/// and its code leaves every budget full ([`Budgets::Full`]).
 pub fn make_compiled_code(
     snapshot: crate::engine::Snapshot,
     job: &str,
+    first: Option<&'static [u8]>,
 ) -> Result<CompiledCode, BootError> {
     let platform = init_v8_forkable();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -239,14 +263,22 @@ pub fn make_compiled_code(
             limits: Limits::default(),
             snapshot: Some(Box::new(move || snapshot)),
             warm_up: false,
-            compiled_wasm: &[],
+            compiled_wasm: first.unwrap_or_default(),
             compiled_js: &[],
         },
         &rt,
         &platform,
     )?;
+    if first.is_some() && !boot.compiled_wasm_taken {
+        return Err(BootError::CompiledCodeRefused);
+    }
     run_build_job(&mut boot, &rt, &platform, job)?;
-    let wasm = compiled_wasm::serialize(&mut boot.js).ok_or(BootError::NoCompiledCode)?;
+    let mut wasm = compiled_wasm::serialize(&mut boot.js).ok_or(BootError::NoCompiledCode)?;
+    let budgets = match first {
+        None => compiled_wasm::Budgets::RanToSpent,
+        Some(_) => compiled_wasm::Budgets::Full,
+    };
+    compiled_wasm::rewrite_budgets(&mut wasm, budgets).map_err(BootError::CompiledCodeLayout)?;
     let js = code_cache::make(&mut boot.js).map_err(|module| BootError::NoCodeCache { module })?;
     Ok(CompiledCode { wasm, js })
 }
@@ -343,6 +375,7 @@ fn serve(options: ZygoteOptions) -> Result<(), BootError> {
         parts,
         evaluated,
         warm,
+        ..
     } = boot(options, &rt, &platform)?;
     control::send(CONTROL_FD, control::READY, 0, 0, &[])
         .map_err(|e| BootError::Control(e.into()))?;
