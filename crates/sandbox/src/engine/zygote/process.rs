@@ -123,6 +123,16 @@ pub fn run(options: ZygoteOptions) -> ! {
 /// code the zygote optimized with its own call feedback was thrown out and re-optimized (a
 /// quarter of a second for Python's interpreter loop) by every child whose calls differed —
 /// any child with tools configured (measured: 336 ms → 26 ms for `print(1)`).
+///
+/// A floor of 64 MB under V8's heap limits (`--initial-old-space-size`, at most half the JS
+/// heap's maximum): V8 then starts marking a heap only once its old generation passes it, or
+/// all it holds (wasm memory counted as external memory) twice it. A child starts with the
+/// limits V8 set for the zygote's small heap, so a job that grew Pyodide's memory by a few MB
+/// (`import sympy`: 30 → 51 MB) had V8 mark and compact the whole heap in the middle of it:
+/// ~28 ms of a child's CPU (perf, a build with symbols), which a sandbox that had grown before
+/// had paid before. Bench row 11, one hour: forked `import sympy` 285 ms against 364 without
+/// the floor (over its own import 13.6 ms against 70.4); idle memory, a child's, and
+/// back-to-back `print(1)` unchanged (rows 8b-8g).
 fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
     let wasm_budget = format!("--wasm-tiering-budget={}", compiled_wasm::TIERING_BUDGET);
     isolate::set_v8_flags(&[
@@ -130,6 +140,7 @@ fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
         &wasm_budget,
         "--invocation-count-for-turbofan=12000",
         "--no-wasm-deopt",
+        "--initial-old-space-size=64",
     ]);
     let platform = v8::new_single_threaded_default_platform(false).make_shared();
     deno_core::JsRuntime::init_platform(Some(platform.clone()));
