@@ -5,8 +5,9 @@
 //! Booting Pyodide runs CPython's interpreter loop (`_PyEval_EvalFrameDefault`) at once, and V8
 //! optimizes it with TurboFan there: ~140 ms, synchronously where V8 runs single-threaded (the
 //! zygote). A module V8 serialized after that holds the optimized code (TurboFan code only; the
-//! rest stays lazy); one deserialized from it starts with it. The build makes it (see
-//! `zygote::make_compiled_code`) and the binary embeds it.
+//! rest stays lazy) and every function's tiering budget; one deserialized from it starts with
+//! both. The build makes it in two passes, rewriting the budgets between them and after (see
+//! [`rewrite_budgets`] and `zygote::make_compiled_code`), and the binary embeds it.
 //!
 //! V8 checks a serialization's header (its version, flags and CPU features) and refuses one that
 //! does not match, but trusts the rest: only bytes V8 itself wrote, whole, may be offered.
