@@ -339,6 +339,24 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         .execute(Job::new("print(1)"))
         .await;
     assert_eq!((plain.stdout.as_str(), plain.stderr.as_str()), ("1\n", ""));
+    // What the warm zygote holds is immortal (js/codemode.py's `_immortalize`): a job writes no
+    // reference count into it, so the kernel copies none of its pages for that. What a job makes
+    // is not; and a module's state still changes and reads back.
+    let immortal = pool
+        .take(std::sync::Arc::new(mcp_code_mode::bridge::NoTools))
+        .await
+        .unwrap()
+        .execute(Job::new(
+            "import sys, json\nmine = object()\njson.mine = mine\ndel json.dumps\n\
+             print(sys._is_immortal(json), sys._is_immortal(json.loads), sys._is_immortal(mine), \
+             json.mine is mine, hasattr(json, 'dumps'))",
+        ))
+        .await;
+    assert_eq!(
+        immortal.stdout, "True True False True False\n",
+        "{}",
+        immortal.stderr
+    );
 }
 
 /// A forked child running a session's jobs in order (the checks are `engine.rs`'s).
