@@ -181,8 +181,8 @@ pub fn collapse_resident_memory() -> usize {
 /// job runs. Nothing writes to code: the pages stay shared with every child. It costs the zygote
 /// the moved chunks' pages it had not mapped (measured, the page cache dropped first: 101 -> 111
 /// MiB RSS). Where no huge page can be had (transparent huge pages `never`, no `MADV_COLLAPSE`
-/// before Linux 6.1, memory too fragmented) a chunk stays as it was. (A profiler that reads
-/// symbols from the file a mapping names, as `perf` does, finds none for the moved code.)
+/// before Linux 6.1, memory too fragmented) the code left stays where it was. (A profiler that
+/// reads symbols from the file a mapping names, as `perf` does, finds none for the moved code.)
 /// Returns how many bytes of code moved; call from the zygote's only thread.
 pub fn move_code_to_huge_pages() -> usize {
     use std::os::unix::fs::FileExt;
@@ -213,9 +213,14 @@ pub fn move_code_to_huge_pages() -> usize {
                     })
                     .count()
             });
-        // SAFETY: a whole 2 MiB of this process's code mapping, which nothing writes; this
-        // process has one thread (the caller's promise).
-        if mapped >= WORTH_MOVING && unsafe { copy_to_huge_page(chunk) } {
+        if mapped >= WORTH_MOVING {
+            // SAFETY: a whole 2 MiB of this process's code mapping, which nothing writes; this
+            // process has one thread (the caller's promise).
+            if !unsafe { copy_to_huge_page(chunk) } {
+                // No huge page now (none to be had, or none free): copying the rest of the code
+                // only to throw it away would not get one either.
+                break;
+            }
             moved += HUGE_PAGE;
         }
         chunk += HUGE_PAGE;

@@ -580,6 +580,9 @@ struct Warming {
     probes: u32,
     /// Until then, requests have the zygote to themselves (see [`Warming::FIRST_REQUESTS`]).
     quiet_until: Instant,
+    /// Whether the settling stage has moved the zygote's code to huge pages (once: a slow probe
+    /// brings the zygote back to settle again, and what did not move then will not now).
+    code_moved: bool,
 }
 
 /// Where the zygote's warm-up is; each stage but the last is work done between requests.
@@ -623,6 +626,7 @@ impl Warming {
             until: None,
             probes: 0,
             quiet_until: Instant::now() + Self::FIRST_REQUESTS,
+            code_moved: false,
         }
     }
 
@@ -673,7 +677,10 @@ impl Warming {
             // SAFETY: glibc's allocator, called from this process's only thread.
             unsafe { libc::malloc_trim(0) };
             let huge = prefault::collapse_resident_memory();
-            let code = prefault::move_code_to_huge_pages();
+            let code = match std::mem::replace(&mut self.code_moved, true) {
+                false => prefault::move_code_to_huge_pages(),
+                true => 0,
+            };
             tracing::debug!(
                 "sandbox zygote: the settling GC took {:?}; {} MiB of memory and {} MiB of code now in huge pages",
                 started.elapsed(),
