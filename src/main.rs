@@ -251,11 +251,17 @@ fn sandbox_pool(
     ahead_of_demand: Option<usize>,
 ) -> anyhow::Result<Arc<Pool>> {
     Ok(match kind.sandbox {
-        SandboxKind::Thread => Pool::new(
-            limits.limits(),
-            snapshot(no_snapshot),
-            ahead_of_demand.unwrap_or(0),
-        ),
+        SandboxKind::Thread => {
+            mcp_code_mode::engine::offer_compiled_code(
+                mcp_code_mode::assets::COMPILED_WASM,
+                mcp_code_mode::assets::COMPILED_JS,
+            );
+            Pool::new(
+                limits.limits(),
+                snapshot(no_snapshot),
+                ahead_of_demand.unwrap_or(0),
+            )
+        }
         SandboxKind::Fork => {
             let program = std::env::current_exe()
                 .context("cannot find this program to start the sandbox zygote")?;

@@ -159,37 +159,40 @@ fn memory_bombs_are_stopped_in_a_child() {
 }
 
 #[test]
-fn a_zygote_starts_with_the_compiled_code_the_build_made() {
-    // V8 takes the build's code only in a process with the zygote's V8, flags and CPU: were it
-    // refused, every zygote would compile CPython's interpreter loop again (~0.2 s of each cold
-    // start) and parse and compile the JS it runs (~40 ms), and the result would still be right
-    // — so the log is what tells.
-    let out = run(
-        &[],
-        &[("MCP_CODE_MODE_LOG", "mcp_code_mode_sandbox=debug")],
-        "print(1)",
-    );
-    assert_eq!(text(&out.stdout), "1\n");
-    let log = text(&out.stderr);
-    assert!(
-        log.contains("Pyodide's compiled code from the build taken"),
-        "{log}"
-    );
-    for module in [
-        "codemode/main_deno.js",
-        "codemode/host_deno.js",
-        "codemode/runner.js",
-        "pyodide/pyodide.mjs",
-        "pyodide/pyodide.asm.mjs",
-    ] {
-        assert!(
-            log.contains(&format!(
-                "file:///{module}: offered to V8 with the build's code cache"
-            )),
-            "{module}: {log}"
+fn sandboxes_of_both_kinds_start_with_the_compiled_code_the_build_made() {
+    // V8 takes the build's code only in a process with the build's V8, flags and CPU: were it
+    // refused, a zygote (or a process's first thread sandbox) would compile CPython's
+    // interpreter loop again (~0.2 s of each cold start) and every sandbox would parse and
+    // compile the JS it runs (~40 ms), and the result would still be right — so the log is what
+    // tells. Thread sandboxes run with the zygote's flags for this (`isolate::set_v8_flags`).
+    for kind in ["fork", "thread"] {
+        let out = run(
+            &["--sandbox", kind],
+            &[("MCP_CODE_MODE_LOG", "mcp_code_mode_sandbox=debug")],
+            "print(1)",
         );
+        assert_eq!(text(&out.stdout), "1\n", "{kind}");
+        let log = text(&out.stderr);
+        assert!(
+            log.contains("Pyodide's compiled code from the build taken"),
+            "{kind}: {log}"
+        );
+        for module in [
+            "codemode/main_deno.js",
+            "codemode/host_deno.js",
+            "codemode/runner.js",
+            "pyodide/pyodide.mjs",
+            "pyodide/pyodide.asm.mjs",
+        ] {
+            assert!(
+                log.contains(&format!(
+                    "file:///{module}: offered to V8 with the build's code cache"
+                )),
+                "{kind}, {module}: {log}"
+            );
+        }
+        assert!(!log.contains("did not take"), "{kind}: {log}");
     }
-    assert!(!log.contains("did not take"), "{log}");
 }
 
 #[test]

@@ -66,6 +66,12 @@ async fn the_real_global_holds_no_ops() {
 #[test]
 fn every_other_deno_core_op_is_disabled() {
     mcp_code_mode::engine::init_v8();
+    // V8 posts delayed tasks (freeing a GC's pages) through the tokio runtime it runs in.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _entered = rt.enter();
     let mut js = deno_core::JsRuntime::new(deno_core::RuntimeOptions {
         extensions: vec![codemode_bridge::init()],
         ..Default::default()
@@ -100,10 +106,6 @@ fn every_other_deno_core_op_is_disabled() {
     );
     js.execute_script("probe.js", probe)
         .unwrap_or_else(|e| panic!("{e}"));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     rt.block_on(js.run_event_loop(Default::default()))
         .unwrap_or_else(|e| panic!("{e}"));
     js.execute_script(
@@ -121,6 +123,12 @@ fn every_other_deno_core_op_is_disabled() {
 #[test]
 fn the_outcome_cannot_be_forged_and_boot_ops_close() {
     mcp_code_mode::engine::init_v8();
+    // V8 posts delayed tasks (freeing a GC's pages) through the tokio runtime it runs in.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _entered = rt.enter();
     let mut js = deno_core::JsRuntime::new(deno_core::RuntimeOptions {
         extensions: vec![codemode_bridge::init()],
         ..Default::default()

@@ -69,11 +69,34 @@ thread_local! {
     static TAKEN: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Makes Pyodide's module for this process from `cache` (see [`deserialize`]), in an isolate of
+/// its own, and says how it went. False where there is no cache or V8 refuses it.
+pub(crate) fn take(platform: &v8::SharedRef<v8::Platform>, cache: &'static [u8]) -> bool {
+    if cache.is_empty() {
+        return false;
+    }
+    let started = std::time::Instant::now();
+    let mut isolate = v8::Isolate::new(v8::CreateParams::default());
+    let taken = deserialize(&mut isolate, platform, cache);
+    if taken {
+        tracing::debug!(
+            "Pyodide's compiled code from the build taken ({} KiB in {} ms)",
+            cache.len() >> 10,
+            started.elapsed().as_millis()
+        );
+    } else {
+        tracing::info!(
+            "V8 did not take the compiled code the build made (another CPU or V8?); compiling Pyodide's interpreter loop again, ~0.2 s"
+        );
+    }
+    taken
+}
+
 /// Makes Pyodide's module for this process from `cache` (V8's serialization, see [`serialize`])
 /// and Pyodide's wire bytes, in `isolate` (any isolate of this process: V8 shares a compiled
 /// module between them). False where V8 refuses the cache (another V8, other flags, another
 /// CPU): the module is then compiled from its wire bytes as usual, when Pyodide loads.
-pub(crate) fn deserialize(
+fn deserialize(
     isolate: &mut v8::Isolate,
     platform: &v8::SharedRef<v8::Platform>,
     cache: &'static [u8],

@@ -27,35 +27,95 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// An allocation that crosses the heap limit must still fit, or V8 aborts the whole process.
 const LARGEST_V8_ALLOCATION: usize = 1 << 30;
 
-/// Process-wide V8 flags, set before the first isolate exists (V8 freezes them then: anything
-/// else that creates an isolate in this process must call this first).
+/// Process-wide V8 for thread sandboxes: the flags every sandbox process runs with (see
+/// [`set_v8_flags`]) and deno_core's platform, before the first isolate exists (V8 freezes the
+/// flags then: anything else that creates an isolate in this process must call this first).
+/// With the flags a zygote has, V8 takes the build's compiled code here too (see
+/// [`offer_compiled_code`]).
 pub fn init_v8() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // These keep JS compilation off V8's shared worker threads: a background compile job
-        // that needs a GC waits for its isolate's own thread, and a session's isolate is not
-        // driven between jobs (`drive_jobs`), so two such jobs held both workers for good and
-        // every other sandbox's boot hung on them (seen with gdb:
-        // `CollectionBarrier::AwaitCollectionBackground` under `ConcurrentBaselineCompiler`).
-        set_v8_flags(&[
-            "--no-concurrent-sparkplug",
-            "--no-concurrent-recompilation",
-            "--no-concurrent-osr",
-        ]);
+        set_v8_flags();
+        JsRuntime::init_platform(None);
     });
 }
 
-/// Sets V8's flags for this process: every sandbox's own, then `more` (the thread or the fork
-/// sandbox's). `--disallow-code-generation-from-strings` closes the `Function("...")` / eval
-/// route from Python into arbitrary host JS.
-pub(crate) fn set_v8_flags(more: &[&str]) {
-    let flags = ["", "--disallow-code-generation-from-strings"]
-        .iter()
-        .chain(more)
-        .map(|f| f.to_string())
-        .collect();
-    let unrecognized = deno_core::v8_set_flags(flags);
+/// Sets V8's flags for this process, the same in a zygote and in a process of thread sandboxes:
+/// V8 takes compiled code (Pyodide's module, the JS modules' code caches) only under the flags
+/// it was made with, and the build makes it under these.
+///
+/// `--disallow-code-generation-from-strings` closes the `Function("...")` / eval route from
+/// Python into arbitrary host JS.
+///
+/// `--single-threaded`: no V8 work on worker threads. A fork then copies a whole, consistent
+/// isolate, with no worker thread left behind holding a lock. In a process of thread sandboxes
+/// it keeps compiles and GC on each sandbox's own thread: a background compile job that needs a
+/// GC waits for its isolate's own thread, and a session's isolate is not driven between jobs
+/// (`drive_jobs`), so two such jobs once held both workers for good and every other sandbox's
+/// boot hung on them (seen with gdb: `CollectionBarrier::AwaitCollectionBackground` under
+/// `ConcurrentBaselineCompiler`).
+///
+/// Single-threaded, V8 optimizes on the thread that runs the script, synchronously, when a
+/// function's budget runs out, and in a child that work is thrown away with it. So the budgets
+/// (wasm tiering, JS TurboFan) are four times V8's defaults (13,000,000 and 3,000 in this V8):
+/// the zygote's warm-up rounds, which have the time, still get the job path optimized, and a
+/// child's short job rarely crosses a budget it inherited half spent. No wasm deoptimization:
+/// code the zygote optimized with its own call feedback was thrown out and re-optimized (a
+/// quarter of a second for Python's interpreter loop) by every child whose calls differed —
+/// any child with tools configured (measured: 336 ms → 26 ms for `print(1)`).
+///
+/// A floor of 64 MB under V8's heap limits (`--initial-old-space-size`, at most half the JS
+/// heap's maximum): V8 then starts marking a heap only once its old generation passes it, or
+/// all it holds (wasm memory counted as external memory) twice it. A child starts with the
+/// limits V8 set for the zygote's small heap, so a job that grew Pyodide's memory by a few MB
+/// (`import sympy`: 30 → 51 MB) had V8 mark and compact the whole heap in the middle of it:
+/// ~28 ms of a child's CPU (perf, a build with symbols), which a sandbox that had grown before
+/// had paid before. Bench row 11, one hour: forked `import sympy` 285 ms against 364 without
+/// the floor (over its own import 13.6 ms against 70.4); idle memory, a child's, and
+/// back-to-back `print(1)` unchanged (rows 8b-8g). Thread sandboxes, which mark on their own
+/// thread too: `run --sandbox thread` of `import sympy` 0.29 s against 0.40–0.43 without it;
+/// a server's idle memory with a pool of two unchanged (row 5).
+pub(crate) fn set_v8_flags() {
+    let flags = [
+        String::new(),
+        "--disallow-code-generation-from-strings".into(),
+        "--single-threaded".into(),
+        format!(
+            "--wasm-tiering-budget={}",
+            super::compiled_wasm::TIERING_BUDGET
+        ),
+        "--invocation-count-for-turbofan=12000".into(),
+        "--no-wasm-deopt".into(),
+        "--initial-old-space-size=64".into(),
+    ];
+    let unrecognized = deno_core::v8_set_flags(Vec::from(flags));
     debug_assert_eq!(unrecognized, vec![String::new()], "V8 flags not recognized");
+}
+
+/// The build's compiled code (see `zygote::make_compiled_code`) for this process's thread
+/// sandboxes: Pyodide's module and the JS modules' code caches.
+static COMPILED_CODE: std::sync::OnceLock<(&'static [u8], &'static [u8])> =
+    std::sync::OnceLock::new();
+
+/// Has this process's thread sandboxes start from `wasm` (Pyodide's module) and `js` (the JS
+/// modules' code caches), made by the build under the same flags: none compiles CPython's
+/// interpreter loop or what the build's imports ran again, nor parses the JS it boots. Call
+/// before the first sandbox; where V8 refuses them (another CPU), sandboxes compile as before.
+pub fn offer_compiled_code(wasm: &'static [u8], js: &'static [u8]) {
+    let _ = COMPILED_CODE.set((wasm, js));
+}
+
+/// The JS modules' code caches offered, after making Pyodide's module from the wasm offered
+/// (once per process, in an isolate of its own, on the first sandbox thread that asks).
+fn compiled_code_caches() -> &'static [u8] {
+    static MODULE: Once = Once::new();
+    let Some(&(wasm, js)) = COMPILED_CODE.get() else {
+        return &[];
+    };
+    MODULE.call_once(|| {
+        super::compiled_wasm::take(&v8::V8::get_current_platform(), wasm);
+    });
+    js
 }
 
 /// What a sandbox is made of before its isolate exists: the handle's half ([`Parts`]) and the
@@ -352,7 +412,7 @@ fn run_thread(
     fate: Arc<Fate>,
 ) -> Result<(), CoreError> {
     let _guard = rt.enter();
-    let mut js = create_runtime(state, &fate, &[]);
+    let mut js = create_runtime(state, &fate, compiled_code_caches());
     if handle_tx
         .send(js.v8_isolate().thread_safe_handle())
         .is_err()

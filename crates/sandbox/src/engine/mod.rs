@@ -22,7 +22,7 @@ pub mod zygote;
 
 pub use control::RunControl;
 pub use files::{InputFile, OutputFile, OutputLimits};
-pub use isolate::init_v8;
+pub use isolate::{init_v8, offer_compiled_code};
 pub use memory::MemoryShares;
 pub use pool::Pool;
 pub use zygote::{ForkedSandbox, PagesAhead, Zygote, ZygoteCommand};

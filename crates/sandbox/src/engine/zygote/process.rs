@@ -112,36 +112,11 @@ pub fn run(options: ZygoteOptions) -> ! {
     std::process::exit(code)
 }
 
-/// V8 on a single thread (`--single-threaded`, a single-threaded platform): a fork then copies
-/// a whole, consistent isolate, with no worker thread left behind holding a lock.
-///
-/// Single-threaded, V8 optimizes on the thread that runs the script, synchronously, when a
-/// function's budget runs out, and in a child that work is thrown away with it. So the budgets
-/// (wasm tiering, JS TurboFan) are four times V8's defaults (13,000,000 and 3,000 in this V8):
-/// the zygote's warm-up rounds, which have the time, still get the job path optimized, and a
-/// child's short job rarely crosses a budget it inherited half spent. No wasm deoptimization:
-/// code the zygote optimized with its own call feedback was thrown out and re-optimized (a
-/// quarter of a second for Python's interpreter loop) by every child whose calls differed —
-/// any child with tools configured (measured: 336 ms → 26 ms for `print(1)`).
-///
-/// A floor of 64 MB under V8's heap limits (`--initial-old-space-size`, at most half the JS
-/// heap's maximum): V8 then starts marking a heap only once its old generation passes it, or
-/// all it holds (wasm memory counted as external memory) twice it. A child starts with the
-/// limits V8 set for the zygote's small heap, so a job that grew Pyodide's memory by a few MB
-/// (`import sympy`: 30 → 51 MB) had V8 mark and compact the whole heap in the middle of it:
-/// ~28 ms of a child's CPU (perf, a build with symbols), which a sandbox that had grown before
-/// had paid before. Bench row 11, one hour: forked `import sympy` 285 ms against 364 without
-/// the floor (over its own import 13.6 ms against 70.4); idle memory, a child's, and
-/// back-to-back `print(1)` unchanged (rows 8b-8g).
+/// V8 on a single thread: the sandbox's flags (`--single-threaded` among them, see
+/// `isolate::set_v8_flags`) and a single-threaded platform, so that a fork copies a whole,
+/// consistent isolate.
 fn init_v8_forkable() -> v8::SharedRef<v8::Platform> {
-    let wasm_budget = format!("--wasm-tiering-budget={}", compiled_wasm::TIERING_BUDGET);
-    isolate::set_v8_flags(&[
-        "--single-threaded",
-        &wasm_budget,
-        "--invocation-count-for-turbofan=12000",
-        "--no-wasm-deopt",
-        "--initial-old-space-size=64",
-    ]);
+    isolate::set_v8_flags();
     let platform = v8::new_single_threaded_default_platform(false).make_shared();
     deno_core::JsRuntime::init_platform(Some(platform.clone()));
     platform
@@ -169,24 +144,7 @@ fn boot(
     // The snapshot inflates on a thread of its own (joined below, long before any fork) while
     // this one makes Pyodide's module from the compiled code, in an isolate of its own.
     let inflating = options.snapshot.map(std::thread::spawn);
-    let mut compiled_wasm_taken = false;
-    if !options.compiled_wasm.is_empty() {
-        let started = Instant::now();
-        let mut isolate = v8::Isolate::new(v8::CreateParams::default());
-        compiled_wasm_taken =
-            compiled_wasm::deserialize(&mut isolate, platform, options.compiled_wasm);
-        if compiled_wasm_taken {
-            tracing::debug!(
-                "sandbox zygote: Pyodide's compiled code from the build taken ({} KiB in {} ms)",
-                options.compiled_wasm.len() >> 10,
-                started.elapsed().as_millis()
-            );
-        } else {
-            tracing::info!(
-                "sandbox zygote: V8 did not take the compiled code the build made (another CPU or V8?); compiling Pyodide's interpreter loop again, ~0.2 s"
-            );
-        }
-    }
+    let compiled_wasm_taken = compiled_wasm::take(platform, options.compiled_wasm);
     let snapshot = match inflating.map(std::thread::JoinHandle::join) {
         None => None,
         Some(Ok(snapshot)) => Some(snapshot),
