@@ -19,6 +19,8 @@ fn checked(outcome: Outcome, what: &str) {
 }
 
 fn thread_sandboxes(c: &mut Criterion) {
+    // As `serve` and `run` do: thread sandboxes start from the build's compiled code.
+    mcp_code_mode::engine::offer_compiled_code(assets::COMPILED_WASM, assets::COMPILED_JS);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let mut group = c.benchmark_group("sandbox_ready");
     group.sampling_mode(SamplingMode::Flat);
