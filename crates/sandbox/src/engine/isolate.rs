@@ -101,6 +101,7 @@ static COMPILED_CODE: std::sync::OnceLock<(&'static [u8], &'static [u8])> =
 /// modules' code caches), made by the build under the same flags: none compiles CPython's
 /// interpreter loop or what the build's imports ran again, nor parses the JS it boots. Call
 /// before the first sandbox; where V8 refuses them (another CPU), sandboxes compile as before.
+/// V8 checks only their headers and trusts the rest: offer only what the build wrote, whole.
 pub fn offer_compiled_code(wasm: &'static [u8], js: &'static [u8]) {
     let _ = COMPILED_CODE.set((wasm, js));
 }
