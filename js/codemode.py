@@ -158,7 +158,11 @@ def warm_jobs():
         WARM_IMPORT,
         *(WARM_COMPILE.format(part=i, parts=WARM_COMPILE_PARTS) for i in range(WARM_COMPILE_PARTS)),
     )
-    return json.dumps([{"code": code, "filename": "<warm-up>", "reseed": True} for code in codes])
+    # Output limits, as every job of a server carries: a job with them looks for files to return
+    # (walks /output), and that path's JS is then tiered up here, not in every child. Their
+    # values do not matter: no warm-up job leaves a file there.
+    outputs = {"max_files": 0, "max_file_bytes": 0, "max_total_bytes": 0}
+    return json.dumps([{"code": code, "filename": "<warm-up>", "reseed": True, "outputs": outputs} for code in codes])
 
 
 def warm_done():

@@ -22,6 +22,28 @@ async fn last_expression_is_the_result_and_prints_are_kept() {
 /// Pyodide's standard library is a zip of sources: a module the snapshot does not hold is
 /// compiled once when imported (zipimport alone compiled it twice, once only to name its file),
 /// and its spec and `__file__` still name the file in the zip.
+/// A zygote tiers up the JS its warm-up jobs run, once, for every child; a field that a server's
+/// job carries and theirs lack is a path each child would tier up for itself (output limits:
+/// a job with them walks /output for files to return; measured, ~12 % of a `print(1)`
+/// execution's CPU went to such compiling and deoptimizing).
+#[tokio::test]
+async fn warm_up_jobs_carry_what_a_servers_job_carries() {
+    let out = execute(
+        "import codemode, json\nprint(json.dumps([sorted(j) for j in json.loads(codemode.warm_jobs())]))",
+    )
+    .await;
+    assert_eq!(out.error, None, "{}", out.stderr);
+    let warm: Vec<Vec<String>> = serde_json::from_str(out.stdout.trim()).unwrap();
+    let job = serde_json::to_value(Job::new("x")).unwrap();
+    let mut fields: Vec<String> = job.as_object().unwrap().keys().cloned().collect();
+    fields.push("reseed".into());
+    fields.sort();
+    assert!(!warm.is_empty());
+    for keys in warm {
+        assert_eq!(keys, fields);
+    }
+}
+
 #[tokio::test]
 async fn a_standard_library_module_is_compiled_once_when_imported() {
     let o = execute(

@@ -513,7 +513,7 @@ fn refused_outcome(message: &str) -> Outcome {
 }
 
 /// The job as the runner reads it: a session's job says so (its globals are kept).
-fn job_json(job: &Job, session: bool) -> Value {
+pub(crate) fn job_json(job: &Job, session: bool) -> Value {
     let mut value = serde_json::to_value(job).expect("a job serializes");
     if session {
         value["session"] = true.into();

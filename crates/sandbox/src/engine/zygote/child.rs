@@ -512,7 +512,16 @@ pub fn run_to_report(
     code: &str,
     filename: &str,
 ) -> Result<String, Option<CoreError>> {
-    let job = serde_json::json!({"code": code, "filename": filename, "reseed": true});
+    // Shaped as a server's job is (its output limits included: a job with them looks for files
+    // to return), so that what the probe measures is the path a child's job takes.
+    let mut job = crate::engine::job_json(
+        &crate::engine::Job {
+            filename: filename.into(),
+            ..crate::engine::Job::new(code)
+        },
+        false,
+    );
+    job["reseed"] = true.into();
     let _ = job_tx.send(job.to_string());
     rt.block_on(async {
         tokio::select! {

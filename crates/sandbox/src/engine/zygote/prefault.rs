@@ -588,7 +588,11 @@ fn runs(pages: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
     })
 }
 
-/// Has the kernel copy the written pages and map the read ones, a run per call.
+/// Has the kernel copy the written pages and map the read ones: the runs of a kind in one call
+/// where the kernel takes a vector of them for this process (`process_madvise` with any advice,
+/// on recent kernels: this machine's 6.18 does), a run per call otherwise. A child has ~330 runs
+/// to copy; one call instead of 330 took 1.15–1.38 ms against 1.28–1.59 (a test program copying
+/// 560 pages in 327 runs after a fork, three rounds alternating).
 ///
 /// # Safety
 /// See [`touch`]: where the kernel cannot populate (before Linux 5.14), the written pages are
@@ -599,18 +603,86 @@ pub unsafe fn make_own(pages: &HotPages) {
         // the call returns, never a signal.
         unsafe { libc::madvise(start as *mut libc::c_void, len, advice) == 0 }
     };
-    for run in runs(&pages.written) {
-        if !populate(run, libc::MADV_POPULATE_WRITE)
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
-        {
-            // SAFETY: the caller's promise.
-            unsafe { touch(run) };
+    // SAFETY: pidfd_open of this process; a descriptor closed below (the child closes every
+    // descriptor but its sockets next, in any case).
+    let own = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as libc::c_int;
+    for (pages, advice) in [
+        (&pages.written, libc::MADV_POPULATE_WRITE),
+        (&pages.read, libc::MADV_POPULATE_READ),
+    ] {
+        let done = match own >= 0 {
+            true => populate_in_batches(own, pages, advice),
+            false => 0,
+        };
+        for run in runs(pages).skip(done) {
+            if !populate(run, advice)
+                && advice == libc::MADV_POPULATE_WRITE
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+            {
+                // SAFETY: the caller's promise.
+                unsafe { touch(run) };
+            }
+            // Only a speed-up for read pages: a page not mapped now is a fault in the job, as
+            // it would have been.
         }
     }
-    // Only a speed-up: a page not mapped now is a fault in the job, as it would have been.
-    for run in runs(&pages.read) {
-        populate(run, libc::MADV_POPULATE_READ);
+    if own >= 0 {
+        // SAFETY: the descriptor opened above.
+        unsafe { libc::close(own) };
     }
+}
+
+/// Populates the runs of `pages` a batch per `process_madvise` call on this process (`own`, its
+/// pidfd). Returns how many runs were populated: a call that fails (a kernel that takes only
+/// some advice through it) or stops short (a run not mapped as expected) leaves the rest to the
+/// caller. Allocates nothing: the batch is on the stack.
+fn populate_in_batches(own: libc::c_int, pages: &[usize], advice: libc::c_int) -> usize {
+    /// The most a vector may hold (UIO_MAXIOV).
+    const BATCH: usize = 1024;
+    let mut batch = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; BATCH];
+    let mut runs = runs(pages).peekable();
+    let mut done = 0;
+    while runs.peek().is_some() {
+        let mut len = 0;
+        let mut bytes = 0;
+        for (slot, (start, run_len)) in batch.iter_mut().zip(runs.by_ref()) {
+            *slot = libc::iovec {
+                iov_base: start as *mut libc::c_void,
+                iov_len: run_len,
+            };
+            len += 1;
+            bytes += run_len;
+        }
+        // SAFETY: `len` iovecs of `batch`; populating only faults pages of this process in.
+        let advised = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                own,
+                batch.as_ptr(),
+                len,
+                advice,
+                0,
+            )
+        };
+        if advised != bytes as libc::c_long {
+            // Whole runs advised before it stopped count; the one it stopped in is redone.
+            let mut left = usize::try_from(advised).unwrap_or(0);
+            return done
+                + batch[..len]
+                    .iter()
+                    .take_while(|iov| {
+                        let whole = left >= iov.iov_len;
+                        left = left.saturating_sub(iov.iov_len);
+                        whole
+                    })
+                    .count();
+        }
+        done += len;
+    }
+    done
 }
 
 /// Writes the first byte of each page of a run (first page, length in bytes) back as it is, so
@@ -897,5 +969,53 @@ mod tests {
             })
         };
         assert!(page.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn every_run_is_populated_over_several_calls_and_past_a_run_that_fails() {
+        // Every other page of a fresh mapping: more runs than one call takes. One page in the
+        // middle is unmapped: the call stops there, and the runs after it are still populated.
+        let pages = 2 * 1100 + 1;
+        // SAFETY: a fresh anonymous mapping of our own, unmapped below.
+        let area = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                pages * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(area, libc::MAP_FAILED);
+        let start = area as usize;
+        let written: Vec<usize> = (0..pages).step_by(2).map(|i| start + i * PAGE).collect();
+        let hole = written[700];
+        // SAFETY: a page of the mapping above.
+        assert_eq!(unsafe { libc::munmap(hole as *mut libc::c_void, PAGE) }, 0);
+        // SAFETY: pages of the mapping above (the hole: an error the kernel returns).
+        unsafe {
+            make_own(&HotPages {
+                written: written.clone(),
+                read: Vec::new(),
+            })
+        };
+        let resident = |page: usize| {
+            let mut vec = [0u8; 1];
+            // SAFETY: residency of one page; the hole answers ENOMEM.
+            let known =
+                unsafe { libc::mincore(page as *mut libc::c_void, PAGE, vec.as_mut_ptr()) } == 0;
+            known && vec[0] & 1 == 1
+        };
+        for &page in written.iter().filter(|&&p| p != hole) {
+            assert!(
+                resident(page),
+                "page {} of the run list",
+                (page - start) / PAGE
+            );
+            assert!(!resident(page + PAGE) || page + PAGE == start + pages * PAGE);
+        }
+        // SAFETY: the mapping above (the hole is already gone).
+        unsafe { libc::munmap(area, pages * PAGE) };
     }
 }

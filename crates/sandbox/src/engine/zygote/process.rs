@@ -514,7 +514,8 @@ fn serve(options: ZygoteOptions) -> Result<(), BootError> {
 
 /// The zygote's warm-up between forks: rounds of the runner's warm-up jobs while no request is
 /// waiting, until they stop paying (V8 has tiered up what they exercise), then a full GC so that
-/// children do not inherit garbage to sweep, and freed memory handed back to the kernel. Rounds
+/// children do not inherit garbage to sweep, and freed memory handed back to the kernel, and one
+/// round more, which tiers up again what that GC made V8 drop (see [`Stage::Retier`]). Rounds
 /// run a job at a time (a step), and the zygote looks for requests between steps: one waits for
 /// a step at most (measured here: rounds of 73–110 ms once warm, no step over 38 ms; as one
 /// block, a round held requests up for all of it).
@@ -550,6 +551,15 @@ enum Stage {
     Rounds,
     /// Enough rounds: a full GC, and freed memory back to the kernel.
     Settle,
+    /// One round more after the settling GC. That GC collects what the rounds' jobs made and
+    /// dropped (the maps of their file streams and nodes, among them), and V8 then drops the
+    /// optimized code that embedded any of it, and the feedback on those maps: every child
+    /// would compile that code again in its first job, and throw it away on the first object of
+    /// a map made anew (traced: a `print(1)` child compiled Emscripten's `llseek` for Maglev
+    /// and deoptimized it, ~0.4 ms; measured: ~12 % of an execution's CPU, back to back). This
+    /// round tiers it up in the zygote, once, and no GC follows it before the forks; what it
+    /// allocates also sweeps the pages the GC left to sweep, which each child swept before.
+    Retier,
     /// The probe, which the zygote's loop runs (it forks).
     Probe,
     /// Warm: forks only.
@@ -645,7 +655,7 @@ impl Warming {
                 huge >> 20,
                 code >> 20
             );
-            self.stage = Stage::Probe;
+            self.stage = Stage::Retier;
             return Ok(());
         }
         let round_done = run_warm_step(rt, js, platform, warm)?;
@@ -659,10 +669,15 @@ impl Warming {
         Ok(())
     }
 
-    /// Counts a round that took `took`, and settles once enough rounds ran.
+    /// Counts a round that took `took`, and settles once enough rounds ran (probes, after the
+    /// round that follows the settling).
     fn end_round(&mut self, took: Duration) {
         self.rounds += 1;
         self.last_round = took;
+        if self.stage == Stage::Retier {
+            self.stage = Stage::Probe;
+            return;
+        }
         tracing::debug!(
             "sandbox zygote: warm-up round {} took {took:?}",
             self.rounds
@@ -795,6 +810,28 @@ mod tests {
             warming.end_round(took);
         }
         assert_eq!(warming.rounds, Warming::MAX_ROUNDS);
+    }
+
+    #[test]
+    fn one_round_follows_the_settling_gc_and_then_the_probe() {
+        let mut warming = Warming::new(true);
+        while warming.stage == Stage::Rounds {
+            warming.end_round(ms(50));
+        }
+        assert_eq!(warming.stage, Stage::Settle);
+        let settled_after = warming.rounds;
+        // What `step` does once it has settled.
+        warming.stage = Stage::Retier;
+        warming.end_round(ms(50));
+        assert_eq!(warming.stage, Stage::Probe);
+        assert_eq!(warming.rounds, settled_after + 1);
+        // A slow probe's rounds settle, and have their round after it, again.
+        assert!(warming.probe_says_go_on(ms(40), ms(2)));
+        while warming.stage == Stage::Rounds {
+            warming.end_round(ms(50));
+        }
+        assert_eq!(warming.stage, Stage::Settle);
+        assert_eq!(warming.rounds, settled_after + 1 + Warming::MORE_ROUNDS);
     }
 
     #[test]
