@@ -30,6 +30,7 @@ import sys
 import textwrap
 import tokenize
 import traceback
+import weakref
 
 from pyodide.ffi import can_run_sync, run_sync
 
@@ -129,6 +130,24 @@ module.VALUE
 """
 
 
+# A tool call's path (this module's callable, runner.js, the op and its promise, JSPI's
+# suspension), plain, awaited and failing, against the zygote's warm-up tools
+# (engine::zygote::WarmUpTools): enough calls over a zygote's rounds for V8 to optimize that path
+# once, in the zygote, instead of in every child that calls tools.
+WARM_TOOLS = """\
+add = tools.warm_up.add
+total = 0
+for i in range(100):
+    total += add(a=i, b=2)["sum"]
+total += (await add(a=1, b=2))["sum"]
+try:
+    tools.warm_up.fail()
+except ToolError as e:
+    total += len(e.kind)
+total
+"""
+
+
 # Python's compiler, on every job's path (the script) and on a first import of what has no
 # bytecode: a large source (argparse's, read, not imported) compiled in parts, one job each, so
 # that no step of a round holds a request up long.
@@ -151,9 +170,11 @@ def _source_part(module, part, parts):
 
 def warm_jobs():
     """A zygote's warm-up round, as jobs for runner.js's runJob: one like an agent's, one that
-    fails, one that does what importing a wheelhouse package does, and the compiler's parts."""
+    calls tools, one that fails, one that does what importing a wheelhouse package does, and the
+    compiler's parts."""
     codes = (
         WARM_ROUND,
+        WARM_TOOLS,
         "def f(x):\n    return 1 / x\nf(0)",
         WARM_IMPORT,
         *(WARM_COMPILE.format(part=i, parts=WARM_COMPILE_PARTS) for i in range(WARM_COMPILE_PARTS)),
@@ -173,6 +194,7 @@ def warm_done():
     import gc
 
     linecache.cache.pop("<warm-up>", None)
+    _AWAITED_CALLS.clear()  # keyed by the warm-up's code objects: nothing of theirs stays
     gc.collect()
     _immortalize(gc)
     gc.freeze()
@@ -313,7 +335,8 @@ def _call_is_awaited():
     return cache.get(lasti, False)
 
 
-_AWAITED_CALLS = {}
+# Weakly: a session's jobs each bring code of their own, which would otherwise stay for good.
+_AWAITED_CALLS = weakref.WeakKeyDictionary()
 _call_log = []
 
 

@@ -44,6 +44,36 @@ async fn warm_up_jobs_carry_what_a_servers_job_carries() {
     }
 }
 
+/// A zygote's warm-up calls its warm-up tools (`codemode.WARM_TOOLS`), so that the path of a
+/// tool call is optimized once, in the zygote, not in each child. A warm-up job's failure is
+/// silent (one fails on purpose): a call that no longer went through (a renamed tool, another
+/// signature) would leave that path to every child again, and only this would say so.
+#[tokio::test]
+async fn the_warm_up_calls_tools_and_each_call_answers() {
+    let source = execute(
+        "import codemode, json\n\
+         [codemode.WARM_TOOLS, [j['code'] for j in json.loads(codemode.warm_jobs())].count(codemode.WARM_TOOLS)]",
+    )
+    .await;
+    assert_eq!(source.error, None, "{}", source.stderr);
+    assert_eq!(source.result[1], json!(1), "one warm-up job calls tools");
+    let code = source.result[0].as_str().expect("the job's code");
+    let mut config = crate::util::config(Limits::default());
+    config.tools = Arc::new(mcp_code_mode::engine::zygote::WarmUpTools);
+    let o = execute_with(config, code).await;
+    assert_eq!(o.error, None, "{}", o.stderr);
+    let answered = |tool: &str, ok: bool| {
+        o.tool_calls
+            .iter()
+            .filter(|c| c.server == "warm_up" && c.tool == tool && c.ok == ok)
+            .count()
+    };
+    assert_eq!((answered("add", true), answered("fail", false)), (101, 1));
+    assert_eq!(o.tool_calls.len(), 102);
+    // 100 plain calls (i + 2 for i < 100), one awaited (1 + 2), and the failure's kind, "tool".
+    assert_eq!(o.result, json!(4950.0 + 200.0 + 3.0 + 4.0));
+}
+
 #[tokio::test]
 async fn a_standard_library_module_is_compiled_once_when_imported() {
     let o = execute(
@@ -502,6 +532,23 @@ async fn an_async_rust_call_works_plainly_and_awaited() {
         .tool_calls
         .iter()
         .all(|c| c.ok && c.server == "test" && c.tool == "echo" && c.ms >= 15.0));
+}
+
+/// What tells a plain call from an awaited one is learned once per code object, and forgotten
+/// with it: a session's jobs (or one script's `exec`s) each bring code of their own.
+#[tokio::test]
+async fn what_a_call_learns_of_its_code_goes_with_the_code() {
+    let o = with_tools(
+        "import codemode, gc\n\
+         for i in range(12):\n\
+         \x20   exec(compile('tools.test.echo(x=1)', f'<job {i}>', 'exec'))\n\
+         gc.collect()\n\
+         [c.co_filename for c in codemode._AWAITED_CALLS]",
+    )
+    .await;
+    assert_eq!(o.error, None, "{}", o.stderr);
+    assert_eq!(o.tool_calls.len(), 12);
+    assert_eq!(o.result, json!([]));
 }
 
 #[tokio::test]

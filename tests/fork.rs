@@ -223,8 +223,8 @@ fn fork_and_thread_sandboxes_print_the_same_bytes() {
 /// The server's pool: children forked (and sealed) ahead of demand, from a zygote that warms up
 /// between forks. A spare serves a seeded job as a fresh fork would (before warm-up ends and
 /// after, when it copies ahead the pages a job writes), and nothing of the zygote's warm-up
-/// (the prints, source, files or modules of its steps) reaches a job forked before, during or
-/// after it.
+/// (the prints, source, files or modules of its steps, the tools it calls) reaches a job forked
+/// before, during or after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
     use mcp_code_mode::engine::{Job, Limits, Pool, SandboxConfig, ZygoteCommand};
@@ -240,14 +240,16 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         seed: Some(42),
         ..SandboxConfig::new(Limits::default(), None)
     };
-    // What a warm-up step could leave behind: its source, its scratch folder, its module.
-    let code = "import random, linecache, os, sys\nprint(random.random(), [k for k in linecache.cache if 'warm' in k], os.path.exists('/tmp/codemode-warm'), 'warm_pkg' in sys.modules)";
+    // What a warm-up step could leave behind: its source, its scratch folder, its module, its
+    // tools (engine::zygote::WarmUpTools) and the code objects of its calls.
+    let code = "import random, linecache, os, sys, codemode\nprint(random.random(), [k for k in linecache.cache if 'warm' in k], os.path.exists('/tmp/codemode-warm'), 'warm_pkg' in sys.modules, dir(tools), [c.co_filename for c in codemode._AWAITED_CALLS])";
     let from_spare = pool
         .take_for(seeded())
         .await
         .unwrap()
         .execute(Job::new(code))
         .await;
+
     // Children forked while the zygote warms up, between the steps of its rounds.
     for _ in 0..6 {
         let sandbox = pool.take_for(seeded()).await.unwrap();
@@ -317,7 +319,7 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         "same seed, same bytes"
     );
     assert!(
-        from_spare.stdout.ends_with(" [] False False\n"),
+        from_spare.stdout.ends_with(" [] False False [] []\n"),
         "{}",
         from_spare.stdout
     );

@@ -22,7 +22,9 @@ mod prefault;
 mod process;
 pub mod seal;
 
-pub use process::{make_compiled_code, run, BootError, CompiledCode, ZygoteOptions, CONTROL_FD};
+pub use process::{
+    make_compiled_code, run, BootError, CompiledCode, WarmUpTools, ZygoteOptions, CONTROL_FD,
+};
 
 use super::{
     died_error, read_report, shape_outcome, stopped_error, EngineError, Limits, RunControl,
