@@ -38,6 +38,8 @@ struct Region {
     end: usize,
     /// Private, writable, not executable, anonymous or not.
     writable: bool,
+    /// Private and writable, executable or not (V8's wasm code space is both).
+    private_writable: bool,
     /// A file's pages, mapped readable and not writable (code, read-only data).
     read_only_file: bool,
     /// Copy-on-write (`p`), not shared with the file (`s`).
@@ -61,6 +63,7 @@ fn parse_region(line: &str) -> Option<Region> {
         start: usize::from_str_radix(start, 16).ok()?,
         end: usize::from_str_radix(end, 16).ok()?,
         writable: perms[0] == b'r' && perms[1] == b'w' && perms[2] != b'x' && perms[3] == b'p',
+        private_writable: perms[0] == b'r' && perms[1] == b'w' && perms[3] == b'p',
         read_only_file: perms[0] == b'r' && perms[1] == b'-' && inode != "0",
         private: perms[3] == b'p',
         executable: perms[2] == b'x',
@@ -107,14 +110,14 @@ fn read_only_file(r: &Region) -> bool {
 
 /// The writable regions of this process that carry no protection key, from its smaps.
 fn unkeyed_writable_regions() -> Result<Vec<(usize, usize)>, String> {
-    unkeyed_writable(|_| true)
+    unkeyed(writable)
 }
 
-/// [`unkeyed_writable_regions`] of a kind.
-fn unkeyed_writable(of_kind: fn(&Region) -> bool) -> Result<Vec<(usize, usize)>, String> {
+/// This process's regions of a kind that carry no protection key, from its smaps.
+fn unkeyed(of_kind: fn(&Region) -> bool) -> Result<Vec<(usize, usize)>, String> {
     Ok(smaps_with("ProtectionKey:")?
         .into_iter()
-        .filter(|(r, key)| r.writable && *key == 0 && of_kind(r))
+        .filter(|(r, key)| *key == 0 && of_kind(r))
         .map(|(r, _)| (r.start, r.end))
         .collect())
 }
@@ -139,31 +142,46 @@ fn smaps_with(field: &str) -> Result<Vec<(Region, u64)>, String> {
 /// A huge page: 2 MiB on x86-64 and (with 4 KiB pages) arm64.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Has the kernel back each 2 MiB of this process's anonymous writable memory that is wholly
-/// resident (Pyodide's wasm memory above all) by one huge page, where it can. A fork then copies
-/// one page-table entry for it instead of 512, and a child's exit frees one: both are most of
-/// what a fork and an exit cost, and they cost a child's CPU on a busy machine. A child's first
-/// write into one still copies only the 4 KiB page written (the kernel splits a huge page shared
-/// copy-on-write, then copies as before), so what a child owns does not grow. `MADV_COLLAPSE`
-/// (Linux 6.1) leaves the mappings' flags as they are (new memory is still mapped in small pages)
-/// and works whatever the system's transparent-huge-page mode, but `never`; where it fails,
-/// nothing changes. Ranges with a hole are left alone: filling it would grow the zygote.
+/// A 2 MiB span of code with fewer pages than this mapped saves a fork and an exit too little to
+/// be worth a huge page, which fills the rest (with the file's code, or zeroes) in the zygote's
+/// memory, shared by every child.
+const WORTH_A_HUGE_PAGE: usize = HUGE_PAGE / PAGE / 8;
+
+/// Has the kernel back 2 MiB spans of this process's anonymous writable memory by one huge page
+/// each, where it can: the data wholly resident (Pyodide's wasm memory above all), and the code
+/// (V8's wasm code space, writable and executable) resident enough ([`WORTH_A_HUGE_PAGE`]). A
+/// fork then copies one page-table entry for a span instead of one per resident page, and a
+/// child's exit frees one: both are most of what a fork and an exit cost, and they cost a
+/// child's CPU on a busy machine. A child's first write into one still copies only the 4 KiB
+/// page written (the kernel splits a huge page shared copy-on-write, then copies as before), so
+/// what a child owns does not grow. A span of data with holes stays as it is: the zygote goes on
+/// writing some of its data (malloc's, as it forks), and a split then maps all 512 pages of a
+/// span that had fewer; nothing writes the code once the warm-up is over, and its holes are
+/// filled with zeroes, which is what they read before. `MADV_COLLAPSE` (Linux 6.1) leaves the
+/// mappings' flags as they are (new memory is still mapped in small pages) and works whatever
+/// the system's transparent-huge-page mode, but `never`; where it fails, nothing changes.
 /// Returns how many bytes are now backed by huge pages.
 pub fn collapse_resident_memory() -> usize {
-    let Ok(regions) = unkeyed_writable(|r| r.anonymous) else {
-        return 0;
-    };
+    let data = unkeyed(|r| r.anonymous && r.writable);
+    let code = unkeyed(|r| r.anonymous && r.private_writable && r.executable);
+    data.map_or(0, |data| collapse_spans(&data, HUGE_PAGE / PAGE))
+        + code.map_or(0, |code| collapse_spans(&code, WORTH_A_HUGE_PAGE))
+}
+
+/// Collapses each 2 MiB span of `regions` (anonymous, private, writable mappings) of which at
+/// least `resident_pages` are resident.
+fn collapse_spans(regions: &[(usize, usize)], resident_pages: usize) -> usize {
     let mut collapsed = 0;
     let mut resident = vec![0u8; HUGE_PAGE / PAGE];
-    for (start, end) in regions {
+    for &(start, end) in regions {
         let mut chunk = start.next_multiple_of(HUGE_PAGE);
         while chunk + HUGE_PAGE <= end {
             let at = chunk as *mut libc::c_void;
             // SAFETY: a range of this process's own mapping; mincore only reports residency, and
             // MADV_COLLAPSE keeps the contents (it copies them into the huge page).
-            let whole = unsafe { libc::mincore(at, HUGE_PAGE, resident.as_mut_ptr()) == 0 }
-                && resident.iter().all(|page| page & 1 == 1);
-            if whole && unsafe { libc::madvise(at, HUGE_PAGE, libc::MADV_COLLAPSE) } == 0 {
+            let worth = unsafe { libc::mincore(at, HUGE_PAGE, resident.as_mut_ptr()) == 0 }
+                && resident.iter().filter(|page| *page & 1 == 1).count() >= resident_pages;
+            if worth && unsafe { libc::madvise(at, HUGE_PAGE, libc::MADV_COLLAPSE) } == 0 {
                 collapsed += HUGE_PAGE;
             }
             chunk += HUGE_PAGE;
@@ -186,8 +204,6 @@ pub fn collapse_resident_memory() -> usize {
 /// Returns how many bytes of code moved; call from the zygote's only thread.
 pub fn move_code_to_huge_pages() -> usize {
     use std::os::unix::fs::FileExt;
-    /// Fewer pages mapped than this, and a chunk saves a fork too little to be worth 2 MiB.
-    const WORTH_MOVING: usize = HUGE_PAGE / PAGE / 8;
     let here = move_code_to_huge_pages as fn() -> usize as usize;
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let Some(code) = parse_maps(&maps)
@@ -213,7 +229,7 @@ pub fn move_code_to_huge_pages() -> usize {
                     })
                     .count()
             });
-        if mapped >= WORTH_MOVING {
+        if mapped >= WORTH_A_HUGE_PAGE {
             // SAFETY: a whole 2 MiB of this process's code mapping, which nothing writes; this
             // process has one thread (the caller's promise).
             if !unsafe { copy_to_huge_page(chunk) } {
@@ -936,6 +952,98 @@ mod tests {
             .map(|o| chunk + o)
             .collect();
         assert!(mapped_in_a_child(&pages).iter().all(|&mapped| mapped));
+    }
+
+    #[test]
+    fn anonymous_memory_resident_enough_comes_in_huge_pages_and_reads_the_same() {
+        let pages_per_span = HUGE_PAGE / PAGE;
+        // `spans` 2 MiB-aligned spans of a fresh anonymous mapping (unmapped when the test ends).
+        let aligned_mapping = |spans: usize, protection: libc::c_int| {
+            // SAFETY: a fresh anonymous mapping of our own, trimmed to what is aligned.
+            unsafe {
+                let area = libc::mmap(
+                    std::ptr::null_mut(),
+                    (spans + 1) * HUGE_PAGE,
+                    protection,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(area, libc::MAP_FAILED);
+                let start = (area as usize).next_multiple_of(HUGE_PAGE);
+                if start > area as usize {
+                    libc::munmap(area, start - area as usize);
+                }
+                let end = start + spans * HUGE_PAGE;
+                libc::munmap(end as *mut libc::c_void, area as usize + HUGE_PAGE - start);
+                start
+            }
+        };
+        // Data: a span all resident, one three quarters (left: it has holes); code (writable
+        // and executable, as V8's wasm code space): half resident, and a sixteenth (left: not
+        // worth a huge page). Which pages are written, and with what.
+        let data = aligned_mapping(2, libc::PROT_READ | libc::PROT_WRITE);
+        let code = aligned_mapping(2, libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC);
+        type Written = fn(usize) -> bool;
+        let spans: [(usize, Written); 4] = [
+            (data, |_| true),
+            (data + HUGE_PAGE, |page| page % 4 != 0),
+            (code, |page| page % 2 == 0),
+            (code + HUGE_PAGE, |page| page % 16 == 0),
+        ];
+        let byte = |page: usize| (page % 251) as u8 + 1;
+        let at = |span: usize, page: usize| (span + page * PAGE + 7) as *mut u8;
+        for (span, written) in spans {
+            for page in (0..pages_per_span).filter(|&page| written(page)) {
+                // SAFETY: a byte of the mappings above.
+                unsafe { at(span, page).write_volatile(byte(page)) };
+            }
+        }
+        let collapsed = collapse_spans(&[(data, data + 2 * HUGE_PAGE)], pages_per_span)
+            + collapse_spans(&[(code, code + 2 * HUGE_PAGE)], WORTH_A_HUGE_PAGE);
+        for (span, written) in spans {
+            let reads_as_written = (0..pages_per_span).all(|page| {
+                // SAFETY: a byte of the mappings above.
+                let read = unsafe { at(span, page).read_volatile() };
+                read == if written(page) { byte(page) } else { 0 }
+            });
+            assert!(reads_as_written, "the span at {span:#x}");
+        }
+        let huge_within = |start: usize, end: usize| -> u64 {
+            smaps_with("AnonHugePages:")
+                .unwrap()
+                .into_iter()
+                .filter(|(r, _)| start <= r.start && r.end <= end)
+                .map(|(_, kb)| kb << 10)
+                .sum()
+        };
+        let (data_huge, code_huge) = (
+            huge_within(data, data + 2 * HUGE_PAGE),
+            huge_within(code, code + 2 * HUGE_PAGE),
+        );
+        // SAFETY: the mappings above, which nothing else refers to.
+        unsafe {
+            libc::munmap(data as *mut libc::c_void, 2 * HUGE_PAGE);
+            libc::munmap(code as *mut libc::c_void, 2 * HUGE_PAGE);
+        }
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if mode.contains("[never]") {
+            assert_eq!(collapsed, 0);
+        } else {
+            assert_eq!(
+                collapsed,
+                2 * HUGE_PAGE,
+                "the data all resident and the code half"
+            );
+        }
+        // Where every fault gets a huge page (`always`), the spans left may have had one since
+        // their first write.
+        if mode.contains("[always]") {
+            assert!(data_huge >= HUGE_PAGE as u64 && code_huge >= HUGE_PAGE as u64);
+        } else if !mode.contains("[never]") {
+            assert_eq!((data_huge, code_huge), (HUGE_PAGE as u64, HUGE_PAGE as u64));
+        }
     }
 
     #[test]

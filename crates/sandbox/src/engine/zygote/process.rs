@@ -465,6 +465,9 @@ fn serve(options: ZygoteOptions) -> Result<(), BootError> {
                 warming.step(&rt, sandbox, &warm)?;
                 continue;
             }
+            // Last, once the rounds are over: memory they grew is resident by now.
+            let huge = prefault::collapse_resident_memory();
+            tracing::debug!("sandbox zygote: {} MiB of memory in huge pages", huge >> 20);
             let learned = prefault::learn(|look| {
                 child::probe(booted.take().expect("the zygote's sandbox"), &rt, look)
             });
@@ -713,15 +716,13 @@ impl Warming {
             // 220 → 168 MB RSS).
             // SAFETY: glibc's allocator, called from this process's only thread.
             unsafe { libc::malloc_trim(0) };
-            let huge = prefault::collapse_resident_memory();
             let code = match std::mem::replace(&mut self.code_moved, true) {
                 false => prefault::move_code_to_huge_pages(),
                 true => 0,
             };
             tracing::debug!(
-                "sandbox zygote: the settling GC took {:?}; {} MiB of memory and {} MiB of code now in huge pages",
+                "sandbox zygote: the settling GC took {:?}; {} MiB of code now in huge pages",
                 started.elapsed(),
-                huge >> 20,
                 code >> 20
             );
             self.stage = Stage::Retier;
