@@ -249,7 +249,6 @@ async fn children_forked_ahead_of_demand_run_jobs_as_fresh_ones() {
         .unwrap()
         .execute(Job::new(code))
         .await;
-
     // Children forked while the zygote warms up, between the steps of its rounds.
     for _ in 0..6 {
         let sandbox = pool.take_for(seeded()).await.unwrap();
